@@ -1,0 +1,8 @@
+//! The admin HTTP server: Prometheus metrics, liveness and readiness.
+//!
+//! Reloader serves everything on `:9090` (`/metrics`, `/live`), and v2 adds `/healthz` and
+//! `/readyz`; one server here answers all of them so that existing probes keep working.
+
+mod router;
+
+pub use router::{AdminState, Error, router, serve};

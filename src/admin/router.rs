@@ -1,0 +1,144 @@
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio_util::sync::CancellationToken;
+
+/// What the admin server reads. Cheap to clone; every room keeps its own handle.
+#[derive(Clone, Default)]
+pub struct AdminState {
+    /// The registry every room registers its metrics into; scraped on `/metrics`.
+    pub registry: Registry,
+    /// Set once every watch has finished its first list; cleared when shutdown starts.
+    pub ready: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The admin address could not be bound (in use, or no permission). Retrying will not help.
+    #[error("cannot listen on admin address {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server stopped with an I/O error after it started.
+    #[error("admin server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// The admin routes. Kept apart from [`serve`] so tests can drive it with `oneshot`.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/live", get(|| async { "alive" }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// Serve the admin router on `addr` until `shutdown` is cancelled.
+///
+/// # Errors
+/// [`Error::Bind`] when the address cannot be bound, [`Error::Serve`] when serving fails.
+pub async fn serve(
+    addr: SocketAddr,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(Error::Serve)
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    let mut body = Vec::new();
+    match TextEncoder::new().encode(&state.registry.gather(), &mut body) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+            body,
+        ),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            err.to_string().into_bytes(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(state: AdminState, path: &str) -> (StatusCode, String) {
+        let response = router(state)
+            .oneshot(
+                Request::get(path)
+                    .body(Body::empty())
+                    .expect("static request is valid"),
+            )
+            .await
+            .expect("router is infallible");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body is in memory");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn live_answers_alive_like_reloader() {
+        assert_eq!(
+            get(AdminState::default(), "/live").await,
+            (StatusCode::OK, "alive".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_is_unavailable_until_marked_ready() {
+        let state = AdminState::default();
+        assert_eq!(
+            get(state.clone(), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        state.ready.store(true, Ordering::Release);
+        assert_eq!(get(state, "/readyz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn metrics_exposes_registered_series() {
+        let state = AdminState::default();
+        let counter =
+            prometheus::IntCounter::new("reloader_test_total", "test").expect("valid name");
+        state
+            .registry
+            .register(Box::new(counter.clone()))
+            .expect("first registration");
+        counter.inc();
+        let (status, body) = get(state, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("reloader_test_total 1"), "{body}");
+    }
+}

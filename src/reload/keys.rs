@@ -1,0 +1,114 @@
+//! Reloader's annotation keys, each overridable by the flag Reloader offers for it.
+
+/// Every annotation key the engine reads or writes. Defaults are Reloader's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    pub auto: String,
+    pub configmap_auto: String,
+    pub secret_auto: String,
+    pub secret_provider_class_auto: String,
+    pub configmap_reload: String,
+    pub secret_reload: String,
+    pub secret_provider_class_reload: String,
+    pub configmap_exclude: String,
+    pub secret_exclude: String,
+    pub secret_provider_class_exclude: String,
+    pub search: String,
+    pub search_match: String,
+    pub ignore: String,
+    pub pause_period: String,
+    pub paused_at: String,
+}
+
+/// The keys that apply to one resource kind.
+#[derive(Clone, Copy, Debug)]
+pub struct TypedKeys<'a> {
+    pub explicit: &'a str,
+    pub auto: &'a str,
+    pub exclude: &'a str,
+}
+
+/// Written by the annotations strategy on the pod template; fixed in Reloader (no flag).
+pub const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
+
+/// Written on workload metadata next to every reload: the hash acted on per resource, so that
+/// replaying a change is a no-op in the annotations strategy too (its pod-template annotation
+/// only remembers the latest resource). Metadata, not the template: writing it rolls nothing.
+pub const RELOADED_HASHES: &str = "reloader-fleet.stakater.com/reloaded-hashes";
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            auto: "reloader.stakater.com/auto".into(),
+            configmap_auto: "configmap.reloader.stakater.com/auto".into(),
+            secret_auto: "secret.reloader.stakater.com/auto".into(),
+            secret_provider_class_auto: "secretproviderclass.reloader.stakater.com/auto".into(),
+            configmap_reload: "configmap.reloader.stakater.com/reload".into(),
+            secret_reload: "secret.reloader.stakater.com/reload".into(),
+            secret_provider_class_reload: "secretproviderclass.reloader.stakater.com/reload".into(),
+            configmap_exclude: "configmaps.exclude.reloader.stakater.com/reload".into(),
+            secret_exclude: "secrets.exclude.reloader.stakater.com/reload".into(),
+            secret_provider_class_exclude:
+                "secretproviderclasses.exclude.reloader.stakater.com/reload".into(),
+            search: "reloader.stakater.com/search".into(),
+            search_match: "reloader.stakater.com/match".into(),
+            ignore: "reloader.stakater.com/ignore".into(),
+            pause_period: "deployment.reloader.stakater.com/pause-period".into(),
+            paused_at: "deployment.reloader.stakater.com/paused-at".into(),
+        }
+    }
+}
+
+impl Keys {
+    pub fn for_kind(&self, kind: crate::watch::ResourceKind) -> TypedKeys<'_> {
+        use crate::watch::ResourceKind::*;
+        match kind {
+            ConfigMap => TypedKeys {
+                explicit: &self.configmap_reload,
+                auto: &self.configmap_auto,
+                exclude: &self.configmap_exclude,
+            },
+            Secret => TypedKeys {
+                explicit: &self.secret_reload,
+                auto: &self.secret_auto,
+                exclude: &self.secret_exclude,
+            },
+            SecretProviderClass => TypedKeys {
+                explicit: &self.secret_provider_class_reload,
+                auto: &self.secret_provider_class_auto,
+                exclude: &self.secret_provider_class_exclude,
+            },
+        }
+    }
+
+    /// Workload annotation keys the stores keep; every other annotation is dropped on arrival.
+    pub fn workload_keys(&self) -> Vec<String> {
+        vec![
+            self.auto.clone(),
+            self.configmap_auto.clone(),
+            self.secret_auto.clone(),
+            self.secret_provider_class_auto.clone(),
+            self.configmap_reload.clone(),
+            self.secret_reload.clone(),
+            self.secret_provider_class_reload.clone(),
+            self.configmap_exclude.clone(),
+            self.secret_exclude.clone(),
+            self.secret_provider_class_exclude.clone(),
+            self.search.clone(),
+            self.pause_period.clone(),
+            self.paused_at.clone(),
+            LAST_RELOADED_FROM.to_string(),
+            RELOADED_HASHES.to_string(),
+        ]
+    }
+
+    /// Keys whose presence puts a workload in its namespace's "explicit list" index: such
+    /// workloads are candidates for every change of that kind, referenced or not.
+    pub fn explicit_keys(&self) -> Vec<String> {
+        vec![
+            self.configmap_reload.clone(),
+            self.secret_reload.clone(),
+            self.secret_provider_class_reload.clone(),
+        ]
+    }
+}

@@ -1,0 +1,9 @@
+//! The pure mapping from namespaces to shards: namespace filter and consistent hash ring.
+//!
+//! No I/O and no async: everything here is a function of the inputs it is given.
+
+mod namespace_filter;
+mod selector;
+
+pub use namespace_filter::{NamespaceFilter, Selection};
+pub use selector::{LabelSelector, ParseError};

@@ -1,0 +1,16 @@
+//! Scoped watchers, compact stores and the index from a resource to the workloads using it.
+//!
+//! ConfigMaps and Secrets are kept as a [`DataHash`], never as their data: the hash is all
+//! the engine needs, and it keeps memory flat however large the objects are.
+
+mod hash;
+mod object;
+mod store;
+mod wire;
+
+pub use hash::DataHash;
+pub use object::{
+    Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload,
+    WorkloadKey, WorkloadKind,
+};
+pub use store::{Store, Writer};

@@ -1,0 +1,166 @@
+//! The compact forms the stores keep, and the identities of resources and workloads.
+//!
+//! ```text
+//!  ConfigMap / Secret / SPC  --(referenced by)-->  Workload --(has)--> PodTemplate
+//!   ResourceKey + DataHash                          WorkloadKey          containers, init containers,
+//!                                                                        volumes, annotations
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::watch::DataHash;
+
+/// The kinds of resource whose data changes roll workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceKind {
+    ConfigMap,
+    Secret,
+    /// A SecretProviderClass, whose mounted content is reported by SecretProviderClassPodStatus.
+    SecretProviderClass,
+}
+
+impl ResourceKind {
+    /// The upper-case type Reloader writes in env var names and `last-reloaded-from`.
+    pub fn type_suffix(self) -> &'static str {
+        match self {
+            ResourceKind::ConfigMap => "CONFIGMAP",
+            ResourceKind::Secret => "SECRET",
+            ResourceKind::SecretProviderClass => "SECRETPROVIDERCLASS",
+        }
+    }
+
+    /// The Kubernetes kind, for logs and Events.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ResourceKind::ConfigMap => "ConfigMap",
+            ResourceKind::Secret => "Secret",
+            ResourceKind::SecretProviderClass => "SecretProviderClass",
+        }
+    }
+
+    /// Reloader's resource type in metric labels (`configmaps`, `secrets`, ...).
+    pub fn plural(self) -> &'static str {
+        match self {
+            ResourceKind::ConfigMap => "configmaps",
+            ResourceKind::Secret => "secrets",
+            ResourceKind::SecretProviderClass => "secretproviderclasspodstatuses",
+        }
+    }
+}
+
+/// The workload kinds the engine can roll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    Deployment,
+    DaemonSet,
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 3] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::StatefulSet,
+    ];
+
+    /// The Kubernetes kind, as in metric labels (`reloader_action_total{workload_kind}`).
+    pub fn kind(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::DaemonSet => "DaemonSet",
+            WorkloadKind::StatefulSet => "StatefulSet",
+        }
+    }
+}
+
+/// Identity of a ConfigMap, Secret or SecretProviderClass.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    pub kind: ResourceKind,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind.kind(), self.namespace, self.name)
+    }
+}
+
+/// Identity of a workload.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkloadKey {
+    pub kind: WorkloadKind,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl fmt::Display for WorkloadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind.kind(), self.namespace, self.name)
+    }
+}
+
+/// What the engine knows of a ConfigMap, Secret or SecretProviderClass: its hash and the two
+/// annotations Reloader reads on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceState {
+    pub hash: DataHash,
+    /// The ignore annotation is exactly `"true"`: this resource never triggers reloads.
+    pub ignored: bool,
+    /// The match annotation is exactly `"true"`: workloads with `search` reload for it.
+    pub search_match: bool,
+}
+
+/// A workload as the engine needs it: no status, no images, no resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub key: WorkloadKey,
+    pub uid: String,
+    pub resource_version: String,
+    /// Workload metadata annotations, only the keys the engine reads.
+    pub annotations: BTreeMap<String, String>,
+    pub template: PodTemplate,
+}
+
+/// The pod template parts that reference resources or record reloads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodTemplate {
+    /// Pod template annotations, only the keys the engine reads.
+    pub annotations: BTreeMap<String, String>,
+    pub containers: Vec<Container>,
+    pub init_containers: Vec<Container>,
+    pub volumes: Vec<Volume>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Container {
+    pub name: String,
+    /// Names of the volumes this container mounts, in order.
+    pub volume_mounts: Vec<String>,
+    /// Resources named in `env[].valueFrom` or `envFrom[]`, in order.
+    pub env_refs: Vec<(ResourceKind, String)>,
+    /// `STAKATER_*` env vars with literal values: what Reloader recorded here.
+    pub recorded: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Volume {
+    pub name: String,
+    /// Resources this volume projects: a configMap, a secret, projected sources or a CSI class.
+    pub sources: Vec<(ResourceKind, String)>,
+}
+
+impl PodTemplate {
+    /// Every resource this template references, in any way Reloader recognises.
+    pub fn references(&self) -> impl Iterator<Item = &(ResourceKind, String)> {
+        self.volumes.iter().flat_map(|v| v.sources.iter()).chain(
+            self.containers
+                .iter()
+                .chain(&self.init_containers)
+                .flat_map(|c| c.env_refs.iter()),
+        )
+    }
+}

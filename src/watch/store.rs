@@ -1,0 +1,301 @@
+//! The compact in-memory store of resources and workloads, and the index between them.
+//!
+//! ```text
+//!  ResourceKey ──refs──▶ {WorkloadKey}     workloads whose pod template references it
+//!  namespace ──explicit─▶ {WorkloadKey}    workloads carrying an explicit `.../reload` list
+//! ```
+//! A change of one resource is matched against `refs[resource] ∪ explicit[namespace]` only, so
+//! the cost of a change does not grow with the number of workloads in the cluster, and no LIST
+//! or GET is needed: the store answers.
+//!
+//! One [`Writer`] (owned by the watch task) changes the store; any number of [`Store`] readers
+//! look at it. Locks are held only for map operations, never across `.await`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
+
+#[derive(Default)]
+struct Inner {
+    resources: HashMap<ResourceKey, ResourceState>,
+    workloads: HashMap<WorkloadKey, Arc<Workload>>,
+    refs: HashMap<ResourceKey, BTreeSet<WorkloadKey>>,
+    explicit: HashMap<Arc<str>, BTreeSet<WorkloadKey>>,
+}
+
+/// A read handle on the store. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Store {
+    inner: Arc<RwLock<Inner>>,
+    explicit_keys: Arc<[String]>,
+}
+
+/// The only handle that changes the store. Not `Clone`: one task owns it.
+pub struct Writer {
+    store: Store,
+}
+
+impl Store {
+    /// A new empty store and its writer. `explicit_keys` are the annotation keys that make a
+    /// workload a candidate for every change in its namespace.
+    pub fn new(explicit_keys: Vec<String>) -> (Store, Writer) {
+        let store = Store {
+            inner: Arc::default(),
+            explicit_keys: explicit_keys.into(),
+        };
+        (store.clone(), Writer { store })
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        // A panic while holding the lock leaves the maps consistent (every write is one insert
+        // or remove at a time), so a poisoned lock is still safe to read.
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn resource(&self, key: &ResourceKey) -> Option<ResourceState> {
+        self.read().resources.get(key).cloned()
+    }
+
+    pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<Workload>> {
+        self.read().workloads.get(key).cloned()
+    }
+
+    /// Workloads that may reload when `key` changes: those referencing it and those with an
+    /// explicit list in its namespace. Sorted by key, without duplicates.
+    pub fn candidates(&self, key: &ResourceKey) -> Vec<Arc<Workload>> {
+        let inner = self.read();
+        let referencing = inner.refs.get(key).into_iter().flatten();
+        let explicit = inner.explicit.get(&key.namespace).into_iter().flatten();
+        let keys: BTreeSet<&WorkloadKey> = referencing.chain(explicit).collect();
+        keys.into_iter()
+            .filter_map(|k| inner.workloads.get(k).cloned())
+            .collect()
+    }
+
+    /// Every stored resource with its state: the input of a reconcile after (re)sync.
+    pub fn resources(&self) -> Vec<(ResourceKey, ResourceState)> {
+        self.read()
+            .resources
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Numbers of stored resources and workloads.
+    pub fn len(&self) -> (usize, usize) {
+        let inner = self.read();
+        (inner.resources.len(), inner.workloads.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0)
+    }
+}
+
+impl Writer {
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.store
+            .inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Store a resource's state; returns the state it replaces.
+    pub fn apply_resource(&self, key: ResourceKey, state: ResourceState) -> Option<ResourceState> {
+        self.write().resources.insert(key, state)
+    }
+
+    pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
+        self.write().resources.remove(key)
+    }
+
+    /// Keys of stored resources of `kind`, optionally only in one namespace.
+    pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
+        let inner = self.store.read();
+        inner
+            .resources
+            .keys()
+            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| &*k.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    /// Keys of stored workloads of `kind`, optionally only in one namespace.
+    pub fn workload_keys(&self, kind: WorkloadKind, namespace: Option<&str>) -> Vec<WorkloadKey> {
+        let inner = self.store.read();
+        inner
+            .workloads
+            .keys()
+            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| &*k.namespace == ns))
+            .cloned()
+            .collect()
+    }
+
+    /// Store a workload and re-index its references.
+    pub fn apply_workload(&self, workload: Workload) {
+        let workload = Arc::new(workload);
+        let explicit = self.store.explicit_keys.iter().any(|k| {
+            workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k)
+        });
+        let mut inner = self.write();
+        let key = workload.key.clone();
+        if let Some(old) = inner.workloads.insert(key.clone(), workload.clone()) {
+            unindex(&mut inner, &old);
+        }
+        for (kind, name) in workload.template.references() {
+            let rkey = ResourceKey {
+                kind: *kind,
+                namespace: key.namespace.clone(),
+                name: Arc::from(name.as_str()),
+            };
+            inner.refs.entry(rkey).or_default().insert(key.clone());
+        }
+        if explicit {
+            inner
+                .explicit
+                .entry(key.namespace.clone())
+                .or_default()
+                .insert(key);
+        }
+    }
+
+    pub fn delete_workload(&self, key: &WorkloadKey) {
+        let mut inner = self.write();
+        if let Some(old) = inner.workloads.remove(key) {
+            unindex(&mut inner, &old);
+        }
+    }
+
+    /// Drop everything stored for a namespace (it left this replica's scope).
+    pub fn forget_namespace(&self, namespace: &str) {
+        let mut inner = self.write();
+        inner.resources.retain(|k, _| &*k.namespace != namespace);
+        inner.workloads.retain(|k, _| &*k.namespace != namespace);
+        inner.refs.retain(|k, _| &*k.namespace != namespace);
+        inner.explicit.remove(namespace);
+    }
+}
+
+fn unindex(inner: &mut Inner, old: &Workload) {
+    let key = &old.key;
+    for (kind, name) in old.template.references() {
+        let rkey = ResourceKey {
+            kind: *kind,
+            namespace: key.namespace.clone(),
+            name: Arc::from(name.as_str()),
+        };
+        if let Some(set) = inner.refs.get_mut(&rkey) {
+            set.remove(key);
+            if set.is_empty() {
+                inner.refs.remove(&rkey);
+            }
+        }
+    }
+    if let Some(set) = inner.explicit.get_mut(&key.namespace) {
+        set.remove(key);
+        if set.is_empty() {
+            inner.explicit.remove(&key.namespace);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::{Container, DataHash, PodTemplate};
+    use std::collections::BTreeMap;
+
+    fn workload(ns: &str, name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> Workload {
+        let container = Container {
+            name: "app".into(),
+            env_refs: uses
+                .iter()
+                .map(|n| (ResourceKind::ConfigMap, n.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        Workload {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            uid: String::new(),
+            resource_version: "1".into(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+            template: PodTemplate {
+                containers: vec![container],
+                ..Default::default()
+            },
+        }
+    }
+
+    fn cm(ns: &str, name: &str) -> ResourceKey {
+        ResourceKey {
+            kind: ResourceKind::ConfigMap,
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    fn names(workloads: Vec<Arc<Workload>>) -> Vec<String> {
+        workloads.iter().map(|w| w.key.name.to_string()).collect()
+    }
+
+    const EXPLICIT: &str = "configmap.reloader.stakater.com/reload";
+
+    #[test]
+    fn candidates_are_referencing_workloads_plus_explicit_lists_in_the_namespace() {
+        let (store, writer) = Store::new(vec![EXPLICIT.into()]);
+        writer.apply_workload(workload("a", "uses-cm", &["cm"], &[]));
+        writer.apply_workload(workload("a", "uses-other", &["other"], &[]));
+        writer.apply_workload(workload("a", "explicit", &[], &[(EXPLICIT, "c.*")]));
+        writer.apply_workload(workload(
+            "b",
+            "other-namespace",
+            &["cm"],
+            &[(EXPLICIT, "cm")],
+        ));
+        assert_eq!(
+            names(store.candidates(&cm("a", "cm"))),
+            vec!["explicit", "uses-cm"]
+        );
+    }
+
+    #[test]
+    fn updating_a_workload_moves_its_index_entries() {
+        let (store, writer) = Store::new(vec![EXPLICIT.into()]);
+        writer.apply_workload(workload("a", "w", &["old"], &[]));
+        writer.apply_workload(workload("a", "w", &["new"], &[]));
+        assert!(store.candidates(&cm("a", "old")).is_empty());
+        assert_eq!(names(store.candidates(&cm("a", "new"))), vec!["w"]);
+        writer.delete_workload(&WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "a".into(),
+            name: "w".into(),
+        });
+        assert!(store.candidates(&cm("a", "new")).is_empty());
+    }
+
+    #[test]
+    fn forgetting_a_namespace_drops_its_objects_only() {
+        let (store, writer) = Store::new(vec![]);
+        let state = ResourceState {
+            hash: DataHash::of_bytes(b""),
+            ignored: false,
+            search_match: false,
+        };
+        writer.apply_resource(cm("a", "cm"), state.clone());
+        writer.apply_resource(cm("b", "cm"), state);
+        writer.apply_workload(workload("a", "w", &["cm"], &[]));
+        writer.forget_namespace("a");
+        assert_eq!(store.len(), (1, 0));
+        assert!(store.resource(&cm("b", "cm")).is_some());
+    }
+}

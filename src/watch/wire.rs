@@ -1,0 +1,458 @@
+//! Slim wire types: what the watches deserialize from the API server.
+//!
+//! Each type names only the fields the engine reads; serde skips everything else while parsing
+//! (images, resources, probes, status...), so nothing large is ever allocated for them. Each is
+//! turned into its compact stored form at once and dropped.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ByteString, NamespaceResourceScope};
+use serde::Deserialize;
+
+use crate::watch::{
+    Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
+    WorkloadKind,
+};
+
+/// Implement `kube::Resource` for a slim type so that `Api<T>` and the watcher can use it.
+macro_rules! slim_resource {
+    ($ty:ident, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($group)
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($version)
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimConfigMap {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub data: BTreeMap<String, String>,
+    #[serde(default, rename = "binaryData")]
+    pub binary_data: BTreeMap<String, ByteString>,
+}
+slim_resource!(SlimConfigMap, "", "v1", "ConfigMap", "configmaps");
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimSecret {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub data: BTreeMap<String, ByteString>,
+}
+slim_resource!(SlimSecret, "", "v1", "Secret", "secrets");
+
+/// Deployment, DaemonSet and StatefulSet share the `spec.template` shape.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimDeployment {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: TemplateSpec,
+}
+slim_resource!(SlimDeployment, "apps", "v1", "Deployment", "deployments");
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimDaemonSet {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: TemplateSpec,
+}
+slim_resource!(SlimDaemonSet, "apps", "v1", "DaemonSet", "daemonsets");
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimStatefulSet {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: TemplateSpec,
+}
+slim_resource!(SlimStatefulSet, "apps", "v1", "StatefulSet", "statefulsets");
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TemplateSpec {
+    #[serde(default)]
+    pub template: WirePodTemplate,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WirePodTemplate {
+    #[serde(default)]
+    pub metadata: WireTemplateMeta,
+    #[serde(default)]
+    pub spec: WirePodSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WireTemplateMeta {
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WirePodSpec {
+    #[serde(default)]
+    pub containers: Vec<WireContainer>,
+    #[serde(default)]
+    pub init_containers: Vec<WireContainer>,
+    #[serde(default)]
+    pub volumes: Vec<WireVolume>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireContainer {
+    pub name: String,
+    #[serde(default)]
+    pub env: Vec<WireEnvVar>,
+    #[serde(default)]
+    pub env_from: Vec<WireEnvFrom>,
+    #[serde(default)]
+    pub volume_mounts: Vec<Named>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireEnvVar {
+    pub name: String,
+    pub value: Option<String>,
+    pub value_from: Option<WireEnvSource>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireEnvSource {
+    pub config_map_key_ref: Option<OptionalNamed>,
+    pub secret_key_ref: Option<OptionalNamed>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireEnvFrom {
+    pub config_map_ref: Option<OptionalNamed>,
+    pub secret_ref: Option<OptionalNamed>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireVolume {
+    pub name: String,
+    pub config_map: Option<OptionalNamed>,
+    pub secret: Option<WireSecretVolume>,
+    pub projected: Option<WireProjected>,
+    pub csi: Option<WireCsi>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireSecretVolume {
+    pub secret_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WireProjected {
+    #[serde(default)]
+    pub sources: Vec<WireProjection>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireProjection {
+    pub config_map: Option<OptionalNamed>,
+    pub secret: Option<OptionalNamed>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireCsi {
+    #[serde(default)]
+    pub volume_attributes: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Named {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct OptionalNamed {
+    pub name: Option<String>,
+}
+
+/// Prefix of the env vars Reloader writes; only these are kept from `env`.
+const RECORD_PREFIX: &str = "STAKATER_";
+
+/// The volume attribute naming the SecretProviderClass of a Secrets Store CSI volume.
+const SPC_ATTRIBUTE: &str = "secretProviderClass";
+
+/// Turns wire objects into stored forms, keeping only the annotation keys the engine reads.
+#[derive(Clone, Debug, Default)]
+pub struct Compactor {
+    pub workload_keys: Vec<String>,
+    pub ignore_key: String,
+    pub search_match_key: String,
+}
+
+impl Compactor {
+    pub fn configmap(&self, cm: &SlimConfigMap) -> ResourceState {
+        let binary: BTreeMap<String, Vec<u8>> = cm
+            .binary_data
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        self.resource_state(&cm.metadata, DataHash::of_configmap(&cm.data, &binary))
+    }
+
+    pub fn secret(&self, secret: &SlimSecret) -> ResourceState {
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        self.resource_state(&secret.metadata, DataHash::of_secret(&data))
+    }
+
+    fn resource_state(&self, meta: &ObjectMeta, hash: DataHash) -> ResourceState {
+        let is_true = |key: &str| {
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .is_some_and(|v| v == "true")
+        };
+        ResourceState {
+            hash,
+            ignored: is_true(&self.ignore_key),
+            search_match: is_true(&self.search_match_key),
+        }
+    }
+
+    /// `None` for an object without namespace or name, which the API server never sends.
+    pub fn workload(
+        &self,
+        kind: WorkloadKind,
+        meta: &ObjectMeta,
+        template: &WirePodTemplate,
+    ) -> Option<Workload> {
+        let key = WorkloadKey {
+            kind,
+            namespace: Arc::from(meta.namespace.as_deref()?),
+            name: Arc::from(meta.name.as_deref()?),
+        };
+        Some(Workload {
+            key,
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            annotations: self.keep(meta.annotations.as_ref()),
+            template: PodTemplate {
+                annotations: self.keep(Some(&template.metadata.annotations)),
+                containers: template.spec.containers.iter().map(container).collect(),
+                init_containers: template
+                    .spec
+                    .init_containers
+                    .iter()
+                    .map(container)
+                    .collect(),
+                volumes: template.spec.volumes.iter().map(volume).collect(),
+            },
+        })
+    }
+
+    fn keep(&self, annotations: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+        annotations
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| self.workload_keys.iter().any(|w| w == *k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+fn container(c: &WireContainer) -> Container {
+    let mut env_refs = Vec::new();
+    let mut recorded = Vec::new();
+    for var in &c.env {
+        if let Some(from) = &var.value_from {
+            push_named(
+                &mut env_refs,
+                ResourceKind::ConfigMap,
+                from.config_map_key_ref.as_ref(),
+            );
+            push_named(
+                &mut env_refs,
+                ResourceKind::Secret,
+                from.secret_key_ref.as_ref(),
+            );
+        } else if var.name.starts_with(RECORD_PREFIX) {
+            recorded.push((var.name.clone(), var.value.clone().unwrap_or_default()));
+        }
+    }
+    for from in &c.env_from {
+        push_named(
+            &mut env_refs,
+            ResourceKind::ConfigMap,
+            from.config_map_ref.as_ref(),
+        );
+        push_named(
+            &mut env_refs,
+            ResourceKind::Secret,
+            from.secret_ref.as_ref(),
+        );
+    }
+    Container {
+        name: c.name.clone(),
+        volume_mounts: c.volume_mounts.iter().map(|m| m.name.clone()).collect(),
+        env_refs,
+        recorded,
+    }
+}
+
+fn volume(v: &WireVolume) -> Volume {
+    let mut sources = Vec::new();
+    push_named(&mut sources, ResourceKind::ConfigMap, v.config_map.as_ref());
+    if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_ref()) {
+        sources.push((ResourceKind::Secret, name.clone()));
+    }
+    for p in v.projected.iter().flat_map(|p| &p.sources) {
+        push_named(&mut sources, ResourceKind::ConfigMap, p.config_map.as_ref());
+        push_named(&mut sources, ResourceKind::Secret, p.secret.as_ref());
+    }
+    if let Some(class) = v
+        .csi
+        .as_ref()
+        .and_then(|c| c.volume_attributes.get(SPC_ATTRIBUTE))
+    {
+        sources.push((ResourceKind::SecretProviderClass, class.clone()));
+    }
+    Volume {
+        name: v.name.clone(),
+        sources,
+    }
+}
+
+fn push_named(
+    out: &mut Vec<(ResourceKind, String)>,
+    kind: ResourceKind,
+    named: Option<&OptionalNamed>,
+) {
+    if let Some(name) = named.and_then(|n| n.name.as_ref()) {
+        out.push((kind, name.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compactor() -> Compactor {
+        Compactor {
+            workload_keys: vec!["reloader.stakater.com/auto".into()],
+            ignore_key: "reloader.stakater.com/ignore".into(),
+            search_match_key: "reloader.stakater.com/match".into(),
+        }
+    }
+
+    #[test]
+    fn every_reference_method_is_recognised() {
+        let d: SlimDeployment = serde_json::from_value(json!({
+            "metadata": { "name": "web", "namespace": "ns", "resourceVersion": "7",
+                          "annotations": { "reloader.stakater.com/auto": "true", "noise": "x" } },
+            "spec": { "replicas": 3, "template": {
+                "metadata": { "annotations": { "noise": "y" } },
+                "spec": {
+                    "initContainers": [{ "name": "init", "envFrom": [{ "secretRef": { "name": "init-secret" } }] }],
+                    "containers": [{
+                        "name": "app", "image": "ignored",
+                        "env": [
+                            { "name": "A", "valueFrom": { "configMapKeyRef": { "name": "cm-a", "key": "k" } } },
+                            { "name": "B", "valueFrom": { "secretKeyRef": { "name": "s-b", "key": "k" } } },
+                            { "name": "STAKATER_CM_A_CONFIGMAP", "value": "abc" },
+                            { "name": "PLAIN", "value": "v" }
+                        ],
+                        "envFrom": [{ "configMapRef": { "name": "cm-c" } }],
+                        "volumeMounts": [{ "name": "vol", "mountPath": "/etc" }]
+                    }],
+                    "volumes": [
+                        { "name": "vol", "configMap": { "name": "cm-d" } },
+                        { "name": "sec", "secret": { "secretName": "s-e" } },
+                        { "name": "proj", "projected": { "sources": [
+                            { "configMap": { "name": "cm-f" } }, { "secret": { "name": "s-g" } },
+                            { "downwardAPI": { "items": [] } } ] } },
+                        { "name": "csi", "csi": { "driver": "secrets-store.csi.k8s.io",
+                            "volumeAttributes": { "secretProviderClass": "spc-h" } } }
+                    ]
+                }
+            } }
+        }))
+        .expect("valid deployment JSON");
+        let w = compactor()
+            .workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)
+            .expect("has namespace and name");
+        assert_eq!(w.resource_version, "7");
+        assert_eq!(
+            w.annotations.len(),
+            1,
+            "only annotation keys the engine reads are kept"
+        );
+        assert!(w.template.annotations.is_empty());
+        let refs: Vec<_> = w
+            .template
+            .references()
+            .map(|(k, n)| (*k, n.as_str()))
+            .collect();
+        for expected in [
+            (ResourceKind::ConfigMap, "cm-a"),
+            (ResourceKind::Secret, "s-b"),
+            (ResourceKind::ConfigMap, "cm-c"),
+            (ResourceKind::ConfigMap, "cm-d"),
+            (ResourceKind::Secret, "s-e"),
+            (ResourceKind::ConfigMap, "cm-f"),
+            (ResourceKind::Secret, "s-g"),
+            (ResourceKind::SecretProviderClass, "spc-h"),
+            (ResourceKind::Secret, "init-secret"),
+        ] {
+            assert!(refs.contains(&expected), "missing {expected:?} in {refs:?}");
+        }
+        assert_eq!(
+            w.template.containers[0].recorded,
+            vec![("STAKATER_CM_A_CONFIGMAP".into(), "abc".into())]
+        );
+    }
+
+    #[test]
+    fn configmap_state_hashes_data_and_reads_exact_true_annotations() {
+        let cm: SlimConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": "c", "namespace": "n",
+                          "annotations": { "reloader.stakater.com/ignore": "True", "reloader.stakater.com/match": "true" } },
+            "data": { "test": "test" }, "binaryData": { "bintest": "dGVzdA==" }
+        }))
+        .expect("valid configmap JSON");
+        let state = compactor().configmap(&cm);
+        assert_eq!(
+            state.hash.to_string(),
+            "0d58150de76a895b24f4ca213f590766160c4349"
+        );
+        assert!(!state.ignored, "ignore needs exactly \"true\"");
+        assert!(state.search_match);
+    }
+}
