@@ -1,36 +1,111 @@
 //! The `reloader` binary: parse configuration, connect to Kubernetes, wire the rooms, supervise.
 
-use std::net::SocketAddr;
+mod cli;
 
-use anyhow::Context;
-use clap::Parser;
-use reloader_fleet::admin;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, bail};
+use kube::runtime::events::Reporter;
+use reloader_fleet::reload::{self, Options};
+use reloader_fleet::{admin, watch};
+use tokio::sync::{mpsc, watch as latest};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{Instrument, info, info_span, warn};
 
-/// A sharded, highly-available drop-in successor to Stakater Reloader.
-#[derive(Debug, Parser)]
-#[command(name = "reloader", version)]
-struct Args {
-    /// Log format: `json`, or empty for text.
-    #[arg(long = "log-format", default_value = "")]
-    log_format: String,
-    /// Log level: trace, debug, info, warning, error, fatal or panic.
-    #[arg(long = "log-level", default_value = "info")]
-    log_level: String,
-    /// Address of the admin server (metrics, health, shard ownership).
-    #[arg(long = "metrics-addr", default_value = "0.0.0.0:9090")]
-    metrics_addr: SocketAddr,
-}
+/// How many changes may wait between the watches and the engine.
+const CHANGE_QUEUE: usize = 1024;
+/// How long shutdown waits for the engine to save its checkpoint.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args {
+    let args = cli::parse()?;
+    let settings = args.settings()?;
+    let cli::Args {
+        config: _,
+        auto_reload_all,
+        reload_strategy,
+        reload_on_create,
+        reload_on_delete,
+        sync_after_restart,
+        is_argo_rollouts,
+        is_openshift: _,
+        enable_ha,
+        enable_csi_integration,
+        webhook_url,
+        resources_to_ignore: _,
+        ignored_workload_types: _,
+        namespaces: _,
+        namespaces_to_ignore: _,
+        namespace_selector: _,
+        resource_label_selector: _,
         log_format,
         log_level,
+        auto_annotation: _,
+        configmap_auto_annotation: _,
+        secret_auto_annotation: _,
+        secretproviderclass_auto_annotation: _,
+        configmap_annotation: _,
+        secret_annotation: _,
+        secretproviderclass_annotation: _,
+        configmap_exclude_annotation: _,
+        secret_exclude_annotation: _,
+        secretproviderclass_exclude_annotation: _,
+        auto_search_annotation: _,
+        search_match_annotation: _,
+        ignore_annotation: _,
+        pause_deployment_annotation: _,
+        pause_deployment_time_annotation: _,
+        enable_pprof,
+        pprof_addr: _,
+        leader_election_id: _,
+        leader_election_namespace: _,
+        leader_election_lease_duration: _,
+        leader_election_renew_deadline: _,
+        leader_election_retry_period: _,
+        leader_election_release_on_cancel: _,
         metrics_addr,
-    } = Args::parse();
+        health_addr: _,
+        alert_on_reload,
+        alert_webhook_url,
+        alert_sink: _,
+        alert_proxy: _,
+        alert_additional_info: _,
+        alert_structured: _,
+        checkpoint_name,
+    } = args;
     init_tracing(&log_format, &log_level)?;
+
+    let pod_name = std::env::var("POD_NAME").ok().filter(|v| !v.is_empty());
+    let pod_namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|v| !v.is_empty());
+    if enable_ha && (pod_name.is_none() || pod_namespace.is_none()) {
+        bail!("--enable-ha needs the POD_NAME and POD_NAMESPACE environment variables");
+    }
+    for (enabled, what) in [
+        (
+            is_argo_rollouts == "true",
+            "--is-Argo-Rollouts (Argo Rollouts)",
+        ),
+        (
+            enable_csi_integration,
+            "--enable-csi-integration (Secrets Store CSI)",
+        ),
+        (!webhook_url.is_empty(), "--webhook-url (webhook-only mode)"),
+        (
+            alert_on_reload || !alert_webhook_url.is_empty(),
+            "alerts (ALERT_*)",
+        ),
+        (enable_pprof, "--enable-pprof"),
+    ] {
+        if enabled {
+            warn!(
+                feature = what,
+                "accepted but not supported by this version; ignoring it"
+            );
+        }
+    }
 
     // Kubeconfig from $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
     let client = kube::Client::try_default()
@@ -42,22 +117,126 @@ async fn main() -> anyhow::Result<()> {
         .context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
 
-    let shutdown = CancellationToken::new();
     let state = admin::AdminState::default();
-    state
-        .ready
-        .store(true, std::sync::atomic::Ordering::Release);
-    let admin_task = tokio::spawn(admin::serve(metrics_addr, state, shutdown.clone()));
+    let watch_metrics =
+        watch::Metrics::register(&state.registry).context("registering watch metrics")?;
+    let by_namespace = std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
+    let reload_metrics = reload::Metrics::register(&state.registry, by_namespace)
+        .context("registering reload metrics")?;
+
+    let keys = settings.keys.clone();
+    let compactor = watch::Compactor::new(
+        keys.workload_keys(),
+        keys.ignore.clone(),
+        keys.search_match.clone(),
+    );
+    let (store, writer) = watch::Store::new(keys.explicit_keys());
+    let watch_config = watch::Config {
+        namespaces: settings.scoped_namespaces.clone(),
+        filter: settings.filter.clone(),
+        resource_label_selector: settings.resource_label_selector.clone(),
+        watch_configmaps: settings.watch_configmaps,
+        watch_secrets: settings.watch_secrets,
+        compactor: compactor.clone(),
+    };
+    let checkpoint_namespace = pod_namespace
+        .clone()
+        .or_else(|| {
+            std::env::var("RELOADER_NAMESPACE")
+                .ok()
+                .filter(|v| !v.is_empty())
+        })
+        .or_else(|| {
+            settings
+                .scoped_namespaces
+                .as_ref()
+                .and_then(|l| l.first().cloned())
+        })
+        .unwrap_or_else(|| "default".to_string());
+    let engine_config = reload::Config {
+        strategy: reload_strategy,
+        keys,
+        options: Options { auto_reload_all },
+        reload_on_create: reload_on_create == "true",
+        reload_on_delete: reload_on_delete == "true",
+        sync_after_restart,
+        checkpoint_namespace,
+        checkpoint_name,
+        reporter: Reporter {
+            controller: "reloader".to_string(),
+            instance: pod_name,
+        },
+        compactor,
+    };
+
+    let shutdown = CancellationToken::new();
+    let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
+    let (synced_tx, synced_rx) = latest::channel(false);
+
+    let mut ready_rx = synced_rx.clone();
+    let ready = state.ready.clone();
+    let readiness = tokio::spawn(async move {
+        if ready_rx.wait_for(|s| *s).await.is_ok() {
+            ready.store(true, Ordering::Release);
+        }
+    });
+    let mut admin_task = tokio::spawn(admin::serve(metrics_addr, state.clone(), shutdown.clone()));
+    let mut watch_task = tokio::spawn(
+        watch::run(
+            client.clone(),
+            watch_config,
+            writer,
+            watch_metrics,
+            changes_tx,
+            synced_tx,
+            shutdown.clone(),
+        )
+        .instrument(info_span!("watch")),
+    );
+    let mut engine_task = tokio::spawn(
+        reload::run(
+            client,
+            engine_config,
+            store,
+            reload_metrics,
+            changes_rx,
+            synced_rx,
+            shutdown.clone(),
+        )
+        .instrument(info_span!("reload")),
+    );
     info!(addr = %metrics_addr, "admin server listening");
 
-    tokio::select! {
-        res = admin_task => res.context("admin task panicked")?.context("admin server stopped")?,
-        () = wait_for_signal() => {
-            info!("shutting down");
-            shutdown.cancel();
-        }
+    let result: anyhow::Result<()> = tokio::select! {
+        res = &mut admin_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "admin server")),
+        res = &mut watch_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "watch task")),
+        res = &mut engine_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "reload engine")),
+        () = wait_for_signal() => Ok(()),
+    };
+    info!("shutting down");
+    state.ready.store(false, Ordering::Release);
+    shutdown.cancel();
+    readiness.abort();
+    // Let the engine finish its in-flight write and save its checkpoint.
+    if !engine_task.is_finished()
+        && tokio::time::timeout(SHUTDOWN_GRACE, &mut engine_task)
+            .await
+            .is_err()
+    {
+        warn!("the reload engine did not stop in time; the next start replays recent changes");
     }
-    Ok(())
+    watch_task.abort();
+    admin_task.abort();
+    result
+}
+
+/// Any end of a supervised task before shutdown is an error.
+fn flatten(res: Result<anyhow::Result<()>, tokio::task::JoinError>, task: &str) -> anyhow::Error {
+    match res {
+        Ok(Ok(())) => anyhow::anyhow!("{task} ended unexpectedly"),
+        Ok(Err(err)) => err.context(format!("{task} failed")),
+        Err(join) => anyhow::anyhow!("{task} panicked: {join}"),
+    }
 }
 
 async fn wait_for_signal() {
@@ -82,13 +261,15 @@ fn init_tracing(format: &str, level: &str) -> anyhow::Result<()> {
         "info" => "info",
         "warning" | "warn" => "warn",
         "error" | "fatal" | "panic" => "error",
-        other => anyhow::bail!(
+        other => bail!(
             "invalid --log-level {other:?}: expected one of trace, debug, info, warning, error, fatal, panic"
         ),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},kube=warn")));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     match format {
         "json" => builder.json().init(),
         _ => builder.init(),

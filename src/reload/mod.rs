@@ -1,9 +1,19 @@
 //! The Reloader-compatible engine: pure decision rules apart from the actions that write.
+//!
+//! Pure (no client): [`keys`](Keys), [`rules`](decide), [`strategy`](plan), env var names.
+//! Actions: the engine (`run`) and the checkpoint it keeps in the cluster.
 
+mod checkpoint;
+mod engine;
 mod env_var;
 mod keys;
+mod metrics;
 mod rules;
+mod strategy;
 
+pub use engine::{Config, Error, FIELD_MANAGER, run};
 pub use env_var::env_var_name;
 pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, TypedKeys};
+pub use metrics::Metrics;
 pub use rules::{Mode, Options, Problem, Verdict, decide, target_container};
+pub use strategy::{ReloadSource, Strategy, Target, delete_marker, plan};

@@ -185,8 +185,7 @@ pub fn target_container(
     let uses = |refs: &[(ResourceKind, String)]| refs.iter().any(|(k, n)| *k == kind && n == name);
 
     if let Some(volume) = template.volumes.iter().find(|v| uses(&v.sources)) {
-        let mounts =
-            |c: &crate::watch::Container| c.volume_mounts.iter().any(|m| *m == volume.name);
+        let mounts = |c: &crate::watch::Container| c.volume_mounts.contains(&volume.name);
         if let Some(i) = template.containers.iter().position(mounts) {
             return Some(i);
         }

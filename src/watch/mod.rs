@@ -4,13 +4,18 @@
 //! the engine needs, and it keeps memory flat however large the objects are.
 
 mod hash;
+mod metrics;
 mod object;
 mod store;
+mod watcher;
 mod wire;
 
 pub use hash::DataHash;
+pub use metrics::Metrics;
 pub use object::{
     Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload,
     WorkloadKey, WorkloadKind,
 };
 pub use store::{Store, Writer};
+pub use watcher::{Config, Error, run};
+pub use wire::{Compactor, INTERNAL_LABEL, SlimDaemonSet, SlimDeployment, SlimStatefulSet};

@@ -96,6 +96,11 @@ impl Store {
 }
 
 impl Writer {
+    /// A reader on the same store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.store
             .inner

@@ -199,6 +199,10 @@ pub struct OptionalNamed {
     pub name: Option<String>,
 }
 
+/// Label on the controller's own ConfigMaps (checkpoints): the watches never store them, so
+/// the engine does not react to its own writes.
+pub const INTERNAL_LABEL: &str = "reloader-fleet.stakater.com/internal";
+
 /// Prefix of the env vars Reloader writes; only these are kept from `env`.
 const RECORD_PREFIX: &str = "STAKATER_";
 
@@ -208,12 +212,30 @@ const SPC_ATTRIBUTE: &str = "secretProviderClass";
 /// Turns wire objects into stored forms, keeping only the annotation keys the engine reads.
 #[derive(Clone, Debug, Default)]
 pub struct Compactor {
-    pub workload_keys: Vec<String>,
-    pub ignore_key: String,
-    pub search_match_key: String,
+    workload_keys: Vec<String>,
+    ignore_key: String,
+    search_match_key: String,
 }
 
 impl Compactor {
+    /// `workload_keys`: workload annotations worth keeping. `ignore_key` and
+    /// `search_match_key`: the resource annotations Reloader reads.
+    pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String) -> Self {
+        Compactor {
+            workload_keys,
+            ignore_key,
+            search_match_key,
+        }
+    }
+
+    /// Whether this ConfigMap is one of the controller's own.
+    pub fn is_internal(cm: &SlimConfigMap) -> bool {
+        cm.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(INTERNAL_LABEL))
+    }
+
     pub fn configmap(&self, cm: &SlimConfigMap) -> ResourceState {
         let binary: BTreeMap<String, Vec<u8>> = cm
             .binary_data
@@ -365,11 +387,11 @@ mod tests {
     use serde_json::json;
 
     fn compactor() -> Compactor {
-        Compactor {
-            workload_keys: vec!["reloader.stakater.com/auto".into()],
-            ignore_key: "reloader.stakater.com/ignore".into(),
-            search_match_key: "reloader.stakater.com/match".into(),
-        }
+        Compactor::new(
+            vec!["reloader.stakater.com/auto".into()],
+            "reloader.stakater.com/ignore".into(),
+            "reloader.stakater.com/match".into(),
+        )
     }
 
     #[test]

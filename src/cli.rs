@@ -1,0 +1,587 @@
+//! Command-line flags, with Reloader v1's spellings and type quirks plus the v2 additions.
+//!
+//! Every flag can also come from the environment variable Reloader v2 reads (the flag name in
+//! UPPER_SNAKE case) and from a YAML, JSON or TOML file given with `--config` (keys are flag
+//! names). Precedence: command line, then environment, then file, then defaults.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use reloader_fleet::reload::{Keys, Strategy};
+use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
+
+/// A sharded, highly-available drop-in successor to Stakater Reloader.
+#[derive(Debug, Parser)]
+#[command(name = "reloader", version, args_override_self = true)]
+pub struct Args {
+    /// Read flags from this YAML, JSON or TOML file (keys are flag names without `--`).
+    #[arg(long, env = "RELOADER_CONFIG")]
+    pub config: Option<String>,
+
+    /// Reload every workload that references a changed resource, annotated or not.
+    #[arg(long, env = "AUTO_RELOAD_ALL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub auto_reload_all: bool,
+    /// How a reload is recorded: env-vars or annotations.
+    #[arg(long, env = "RELOAD_STRATEGY", default_value = "env-vars", value_parser = parse_strategy)]
+    pub reload_strategy: Strategy,
+    /// Reload when a referenced resource is created (only the exact value "true" enables it).
+    #[arg(long, env = "RELOAD_ON_CREATE", default_value = "false")]
+    pub reload_on_create: String,
+    /// Reload when a referenced resource is deleted (only the exact value "true" enables it).
+    #[arg(long, env = "RELOAD_ON_DELETE", default_value = "false")]
+    pub reload_on_delete: String,
+    /// With --reload-on-create, treat every resource present at start as created.
+    #[arg(long, env = "SYNC_AFTER_RESTART", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub sync_after_restart: bool,
+    /// Argo Rollouts support (only the exact value "true" enables it).
+    #[arg(
+        long = "is-Argo-Rollouts",
+        env = "IS_ARGO_ROLLOUTS",
+        default_value = "false"
+    )]
+    pub is_argo_rollouts: String,
+    /// OpenShift DeploymentConfig support: true, false, or empty/auto to detect.
+    #[arg(long, env = "IS_OPENSHIFT", default_value = "")]
+    pub is_openshift: String,
+    /// Run several replicas; requires POD_NAME and POD_NAMESPACE.
+    #[arg(long, env = "ENABLE_HA", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub enable_ha: bool,
+    /// Watch SecretProviderClassPodStatuses of the Secrets Store CSI driver.
+    #[arg(long, env = "ENABLE_CSI_INTEGRATION", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub enable_csi_integration: bool,
+    /// Send a webhook instead of reloading.
+    #[arg(long, env = "WEBHOOK_URL", default_value = "")]
+    pub webhook_url: String,
+    /// Resource kinds not to watch: configmaps or secrets (not both).
+    #[arg(long, env = "RESOURCES_TO_IGNORE", value_delimiter = ',')]
+    pub resources_to_ignore: Vec<String>,
+    /// Workload kinds never reloaded: jobs, cronjobs (v2 also accepts deployments, ...).
+    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',')]
+    pub ignored_workload_types: Vec<String>,
+    /// Watch only these namespaces, with per-namespace watches (namespaced RBAC is enough).
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Namespaces never served (cluster-wide mode only).
+    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',')]
+    pub namespaces_to_ignore: Vec<String>,
+    /// Label selector namespaces must match (cluster-wide mode only).
+    #[arg(long, env = "NAMESPACE_SELECTOR", value_delimiter = ',')]
+    pub namespace_selector: Vec<String>,
+    /// Label selector ConfigMaps and Secrets must match (applied by the API server).
+    #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_delimiter = ',')]
+    pub resource_label_selector: Vec<String>,
+    /// Log format: json, or empty for text.
+    #[arg(long, env = "LOG_FORMAT", default_value = "")]
+    pub log_format: String,
+    /// Log level: trace, debug, info, warning, error, fatal or panic.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    #[arg(
+        long,
+        env = "AUTO_ANNOTATION",
+        default_value = "reloader.stakater.com/auto"
+    )]
+    pub auto_annotation: String,
+    #[arg(
+        long,
+        env = "CONFIGMAP_AUTO_ANNOTATION",
+        default_value = "configmap.reloader.stakater.com/auto"
+    )]
+    pub configmap_auto_annotation: String,
+    #[arg(
+        long,
+        env = "SECRET_AUTO_ANNOTATION",
+        default_value = "secret.reloader.stakater.com/auto"
+    )]
+    pub secret_auto_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_AUTO_ANNOTATION",
+        default_value = "secretproviderclass.reloader.stakater.com/auto"
+    )]
+    pub secretproviderclass_auto_annotation: String,
+    #[arg(
+        long,
+        env = "CONFIGMAP_ANNOTATION",
+        default_value = "configmap.reloader.stakater.com/reload"
+    )]
+    pub configmap_annotation: String,
+    #[arg(
+        long,
+        env = "SECRET_ANNOTATION",
+        default_value = "secret.reloader.stakater.com/reload"
+    )]
+    pub secret_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_ANNOTATION",
+        default_value = "secretproviderclass.reloader.stakater.com/reload"
+    )]
+    pub secretproviderclass_annotation: String,
+    #[arg(
+        long,
+        env = "CONFIGMAP_EXCLUDE_ANNOTATION",
+        default_value = "configmaps.exclude.reloader.stakater.com/reload"
+    )]
+    pub configmap_exclude_annotation: String,
+    #[arg(
+        long,
+        env = "SECRET_EXCLUDE_ANNOTATION",
+        default_value = "secrets.exclude.reloader.stakater.com/reload"
+    )]
+    pub secret_exclude_annotation: String,
+    #[arg(
+        long,
+        env = "SECRETPROVIDERCLASS_EXCLUDE_ANNOTATION",
+        default_value = "secretproviderclasses.exclude.reloader.stakater.com/reload"
+    )]
+    pub secretproviderclass_exclude_annotation: String,
+    #[arg(
+        long,
+        env = "AUTO_SEARCH_ANNOTATION",
+        default_value = "reloader.stakater.com/search"
+    )]
+    pub auto_search_annotation: String,
+    #[arg(
+        long,
+        env = "SEARCH_MATCH_ANNOTATION",
+        default_value = "reloader.stakater.com/match"
+    )]
+    pub search_match_annotation: String,
+    #[arg(
+        long,
+        env = "IGNORE_ANNOTATION",
+        default_value = "reloader.stakater.com/ignore"
+    )]
+    pub ignore_annotation: String,
+    #[arg(
+        long,
+        env = "PAUSE_DEPLOYMENT_ANNOTATION",
+        default_value = "deployment.reloader.stakater.com/pause-period"
+    )]
+    pub pause_deployment_annotation: String,
+    #[arg(
+        long,
+        env = "PAUSE_DEPLOYMENT_TIME_ANNOTATION",
+        default_value = "deployment.reloader.stakater.com/paused-at"
+    )]
+    pub pause_deployment_time_annotation: String,
+
+    /// Accepted for compatibility; profiling is not served.
+    #[arg(long, env = "ENABLE_PPROF", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub enable_pprof: bool,
+    #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
+    pub pprof_addr: String,
+
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "stakater-reloader-lock"
+    )]
+    pub leader_election_id: String,
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
+    pub leader_election_namespace: String,
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
+    #[arg(long, env = "LEADER_ELECTION_RELEASE_ON_CANCEL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    pub leader_election_release_on_cancel: bool,
+
+    /// Address of the metrics and admin server (Reloader serves it on :9090).
+    #[arg(long, env = "METRICS_ADDR", default_value = ":9090", value_parser = parse_addr)]
+    pub metrics_addr: SocketAddr,
+    /// Accepted for compatibility with v2; health is served on the metrics address too.
+    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080")]
+    pub health_addr: String,
+
+    #[arg(long, env = "ALERT_ON_RELOAD", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub alert_on_reload: bool,
+    #[arg(long, env = "ALERT_WEBHOOK_URL", default_value = "")]
+    pub alert_webhook_url: String,
+    #[arg(long, env = "ALERT_SINK", default_value = "")]
+    pub alert_sink: String,
+    #[arg(long, env = "ALERT_PROXY", default_value = "")]
+    pub alert_proxy: String,
+    #[arg(long, env = "ALERT_ADDITIONAL_INFO", default_value = "")]
+    pub alert_additional_info: String,
+    #[arg(long, env = "ALERT_STRUCTURED", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub alert_structured: bool,
+
+    /// Name of the ConfigMap holding the checkpoint of acted-on hashes.
+    #[arg(
+        long,
+        env = "CHECKPOINT_NAME",
+        default_value = "reloader-fleet-checkpoint"
+    )]
+    pub checkpoint_name: String,
+}
+
+/// Parse the process arguments, with the config file's values placed before the command line
+/// so that the command line wins.
+pub fn parse() -> anyhow::Result<Args> {
+    let mut cli: Vec<OsString> = std::env::args_os().collect();
+    let first = Args::parse_from(cli.iter());
+    let Some(path) = &first.config else {
+        return Ok(first);
+    };
+    let file_args = file_args(path)?;
+    let program = cli.remove(0);
+    let merged = std::iter::once(program)
+        .chain(file_args.into_iter().map(OsString::from))
+        .chain(cli);
+    Args::try_parse_from(merged).with_context(|| format!("invalid value in config file {path}"))
+}
+
+fn file_args(path: &str) -> anyhow::Result<Vec<String>> {
+    let settings = config::Config::builder()
+        .add_source(config::File::with_name(path))
+        .build()
+        .with_context(|| format!("cannot read config file {path}"))?;
+    let table = settings
+        .try_deserialize::<std::collections::BTreeMap<String, config::Value>>()
+        .with_context(|| format!("config file {path} must be a map of flag names to values"))?;
+    let mut args = Vec::new();
+    for (key, value) in table {
+        let flag = format!("--{}", key.replace('_', "-"));
+        if key == "config" {
+            bail!("config file {path}: `config` cannot be set from a config file");
+        }
+        match value.clone().into_array() {
+            Ok(items) => {
+                let joined: Vec<String> = items.into_iter().map(|v| v.to_string()).collect();
+                args.push(format!("{flag}={}", joined.join(",")));
+            }
+            Err(_) => args.push(format!("{flag}={value}")),
+        }
+    }
+    Ok(args)
+}
+
+/// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
+fn go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not a boolean (expected true or false)"
+        )),
+    }
+}
+
+fn parse_strategy(value: &str) -> Result<Strategy, String> {
+    value.parse()
+}
+
+/// A Go-style duration: whole numbers with units h, m, s, ms (e.g. `15s`, `1m30s`).
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    let invalid = || format!("{value:?} is not a duration (examples: 15s, 500ms, 1m30s)");
+    let mut total = Duration::ZERO;
+    let mut rest = value.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            "us" | "µs" => 0.000_001,
+            "ns" => 0.000_000_001,
+            _ => return Err(invalid()),
+        };
+        total += Duration::from_secs_f64(number * seconds);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// `:9090` (Go style, all interfaces) or `host:port`.
+fn parse_addr(value: &str) -> Result<SocketAddr, String> {
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_string()
+    };
+    full.parse()
+        .map_err(|e| format!("{value:?} is not an address like :9090 or 127.0.0.1:9090 ({e})"))
+}
+
+/// The validated, typed configuration derived from the flags.
+pub struct Settings {
+    pub keys: Keys,
+    pub watch_configmaps: bool,
+    pub watch_secrets: bool,
+    pub filter: NamespaceFilter,
+    /// `Some` in namespace-scoped mode.
+    pub scoped_namespaces: Option<Vec<String>>,
+    pub resource_label_selector: Option<LabelSelector>,
+}
+
+impl Args {
+    /// Check every value and derive typed settings. Errors name the flag and the accepted values.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let mut ignore_configmaps = false;
+        let mut ignore_secrets = false;
+        for r in self
+            .resources_to_ignore
+            .iter()
+            .map(|r| r.trim().to_ascii_lowercase())
+            .filter(|r| !r.is_empty())
+        {
+            match r.as_str() {
+                "configmaps" => ignore_configmaps = true,
+                "secrets" => ignore_secrets = true,
+                other => bail!(
+                    "invalid --resources-to-ignore value {other:?}: expected configmaps or secrets"
+                ),
+            }
+        }
+        if ignore_configmaps && ignore_secrets {
+            bail!(
+                "--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched"
+            );
+        }
+        for kind in self
+            .ignored_workload_types
+            .iter()
+            .map(|k| k.trim().to_ascii_lowercase())
+            .filter(|k| !k.is_empty())
+        {
+            const KNOWN: [&str; 14] = [
+                "jobs",
+                "job",
+                "cronjobs",
+                "cronjob",
+                "deployments",
+                "deployment",
+                "daemonsets",
+                "daemonset",
+                "statefulsets",
+                "statefulset",
+                "rollouts",
+                "rollout",
+                "deploymentconfigs",
+                "deploymentconfig",
+            ];
+            if !KNOWN.contains(&kind.as_str()) {
+                bail!(
+                    "invalid --ignored-workload-types value {kind:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
+                );
+            }
+        }
+        if !matches!(self.log_format.as_str(), "" | "json") {
+            bail!(
+                "invalid --log-format {:?}: expected json or empty",
+                self.log_format
+            );
+        }
+        if self.leader_election_lease_duration < Duration::from_secs(1)
+            || self.leader_election_renew_deadline >= self.leader_election_lease_duration
+            || self.leader_election_retry_period >= self.leader_election_renew_deadline
+        {
+            bail!(
+                "invalid leader election timings: need --leader-election-lease-duration >= 1s > --leader-election-renew-deadline > --leader-election-retry-period"
+            );
+        }
+
+        let kubernetes_namespace = std::env::var("KUBERNETES_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty());
+        let listed: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let scoped: Option<Vec<String>> = if !listed.is_empty() {
+            Some(listed)
+        } else {
+            kubernetes_namespace.map(|n| vec![n])
+        };
+        if let Some(list) = &scoped {
+            for ns in list {
+                if !is_dns_label(ns) {
+                    bail!(
+                        "invalid namespace {ns:?} in --namespaces / KUBERNETES_NAMESPACE: must be a DNS-1123 label"
+                    );
+                }
+            }
+        }
+        let selector = LabelSelector::parse_all(&self.namespace_selector)
+            .context("invalid --namespace-selector")?;
+        let resource_label_selector = LabelSelector::parse_all(&self.resource_label_selector)
+            .context("invalid --resource-label-selector")?;
+        let filter = NamespaceFilter {
+            only: scoped
+                .as_ref()
+                .map(|l| l.iter().cloned().collect::<BTreeSet<_>>()),
+            ignored: self
+                .namespaces_to_ignore
+                .iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            // Reloader honours the selector only in cluster-wide mode.
+            selector: if scoped.is_some() { None } else { selector },
+        };
+
+        let keys = Keys {
+            auto: self.auto_annotation.clone(),
+            configmap_auto: self.configmap_auto_annotation.clone(),
+            secret_auto: self.secret_auto_annotation.clone(),
+            secret_provider_class_auto: self.secretproviderclass_auto_annotation.clone(),
+            configmap_reload: self.configmap_annotation.clone(),
+            secret_reload: self.secret_annotation.clone(),
+            secret_provider_class_reload: self.secretproviderclass_annotation.clone(),
+            configmap_exclude: self.configmap_exclude_annotation.clone(),
+            secret_exclude: self.secret_exclude_annotation.clone(),
+            secret_provider_class_exclude: self.secretproviderclass_exclude_annotation.clone(),
+            search: self.auto_search_annotation.clone(),
+            search_match: self.search_match_annotation.clone(),
+            ignore: self.ignore_annotation.clone(),
+            pause_period: self.pause_deployment_annotation.clone(),
+            paused_at: self.pause_deployment_time_annotation.clone(),
+        };
+        Ok(Settings {
+            keys,
+            watch_configmaps: !ignore_configmaps,
+            watch_secrets: !ignore_secrets,
+            filter,
+            scoped_namespaces: scoped,
+            resource_label_selector,
+        })
+    }
+}
+
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("reloader").chain(extra.iter().copied()))
+            .expect("valid flags")
+    }
+
+    #[test]
+    fn v1_spellings_and_string_typed_flags_parse() {
+        let a = args(&[
+            "--is-Argo-Rollouts=true",
+            "--reload-on-create=true",
+            "--reload-on-delete",
+            "yes",
+        ]);
+        assert_eq!(a.is_argo_rollouts, "true");
+        assert_eq!(a.reload_on_create, "true");
+        assert_eq!(
+            a.reload_on_delete, "yes",
+            "string flags keep any value; only \"true\" enables"
+        );
+    }
+
+    #[test]
+    fn bool_flags_take_go_spellings_and_bare_form() {
+        assert!(args(&["--auto-reload-all"]).auto_reload_all);
+        assert!(args(&["--auto-reload-all=True"]).auto_reload_all);
+        assert!(!args(&["--auto-reload-all=0"]).auto_reload_all);
+        assert!(Args::try_parse_from(["reloader", "--auto-reload-all=yes"]).is_err());
+    }
+
+    #[test]
+    fn slices_split_on_commas_and_repeat() {
+        let a = args(&["--namespaces-to-ignore=a,b", "--namespaces-to-ignore=c"]);
+        assert_eq!(a.namespaces_to_ignore, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn set_selectors_survive_comma_splitting() {
+        let a = args(&["--namespace-selector=env in (prod,qa),team=x"]);
+        let s = a.settings().expect("valid").filter.selector.expect("set");
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(s.matches(&labels(&[("env", "qa"), ("team", "x")])));
+        assert!(!s.matches(&labels(&[("env", "dev"), ("team", "x")])));
+    }
+
+    #[test]
+    fn invalid_values_name_the_flag() {
+        let bad = |flags: &[&str], needle: &str| {
+            let err = args(flags)
+                .settings()
+                .err()
+                .map(|e| format!("{e:#}"))
+                .unwrap_or_default();
+            assert!(err.contains(needle), "{flags:?}: {err}");
+        };
+        bad(
+            &["--resources-to-ignore=configmaps,secrets"],
+            "--resources-to-ignore",
+        );
+        bad(&["--resources-to-ignore=pods"], "--resources-to-ignore");
+        bad(
+            &["--ignored-workload-types=pods"],
+            "--ignored-workload-types",
+        );
+        bad(&["--namespace-selector=team in x"], "--namespace-selector");
+        bad(&["--log-format=xml"], "--log-format");
+        bad(&["--namespaces=Bad_NS"], "DNS-1123");
+        bad(&["--leader-election-renew-deadline=20s"], "leader election");
+        let strategy =
+            Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");
+        assert!(strategy.to_string().contains("env-vars, annotations"));
+    }
+
+    #[test]
+    fn resources_to_ignore_is_case_insensitive() {
+        let s = args(&["--resources-to-ignore=ConfigMaps"])
+            .settings()
+            .expect("valid");
+        assert!(!s.watch_configmaps && s.watch_secrets);
+    }
+
+    #[test]
+    fn durations_and_addresses_use_go_forms() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("15").is_err());
+        assert_eq!(parse_addr(":9090").map(|a| a.port()), Ok(9090));
+    }
+
+    #[test]
+    fn annotation_overrides_reach_the_keys() {
+        let s = args(&["--auto-annotation=example.com/auto"])
+            .settings()
+            .expect("valid");
+        assert_eq!(s.keys.auto, "example.com/auto");
+    }
+}

@@ -1,0 +1,603 @@
+//! The reload engine: turns resource changes into workload writes.
+//!
+//! ```text
+//!  changes (ResourceKey) ─▶ current hash (store) vs acted-on hash (checkpoint)
+//!        │ differs                                    ▲
+//!        ▼                                            │ every workload records it
+//!  candidates (store index) ─▶ rules ─▶ strategy ─▶ PATCH ─┘   else: retry with backoff
+//! ```
+//! The engine never LISTs or GETs workloads or resources: the store answers. The acted-on
+//! hashes are the checkpoint, saved to the cluster a moment after they change and on shutdown.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::DelayQueue;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
+use crate::reload::strategy::{self, Strategy, Target};
+use crate::reload::{Keys, Metrics, Mode, Options, decide, target_container};
+use crate::watch::{
+    Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store, Workload,
+    WorkloadKey, WorkloadKind,
+};
+
+/// Field manager of every write, as Reloader's.
+pub const FIELD_MANAGER: &str = "Reloader";
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long acted-on hashes may wait before the checkpoint is saved.
+const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
+const RETRY_BASE: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// How the engine reloads.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub strategy: Strategy,
+    pub keys: Keys,
+    pub options: Options,
+    /// `--reload-on-create`: a resource that appears reloads the workloads that use it.
+    pub reload_on_create: bool,
+    /// `--reload-on-delete`: a resource that disappears reloads (env var removed).
+    pub reload_on_delete: bool,
+    /// `--sync-after-restart`: with reload-on-create, every resource counts as created at start.
+    pub sync_after_restart: bool,
+    /// Where the checkpoint ConfigMap lives.
+    pub checkpoint_namespace: String,
+    pub checkpoint_name: String,
+    /// Who writes Events (`reportingController` / `reportingInstance`).
+    pub reporter: Reporter,
+    pub compactor: Compactor,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The checkpoint could not be read at start; without it the engine cannot tell what
+    /// changed while it was away. The caller may restart the engine.
+    #[error("cannot load the checkpoint")]
+    LoadCheckpoint(#[source] checkpoint::Error),
+    /// The watch task ended before finishing its first sync.
+    #[error("the watches stopped before their initial sync")]
+    WatchGone,
+}
+
+/// What happened to the resource since the engine last acted on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transition {
+    Created,
+    Updated,
+    Deleted,
+}
+
+/// Run the engine until `shutdown`: wait for the watches' first sync, reconcile the store
+/// against the checkpoint, then act on every change received.
+///
+/// # Errors
+/// [`Error::LoadCheckpoint`] if the checkpoint cannot be read at start; [`Error::WatchGone`]
+/// if the watches end before syncing. Failed writes are retried, never returned.
+pub async fn run(
+    client: Client,
+    config: Config,
+    store: Store,
+    metrics: Metrics,
+    mut changes: mpsc::Receiver<ResourceKey>,
+    mut synced: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    tokio::select! {
+        () = shutdown.cancelled() => return Ok(()),
+        res = synced.wait_for(|s| *s) => { res.map_err(|_| Error::WatchGone)?; }
+    }
+    let mut checkpoint = Checkpoint::new(
+        client.clone(),
+        &config.checkpoint_namespace,
+        &config.checkpoint_name,
+    );
+    let loaded = checkpoint.load().await.map_err(Error::LoadCheckpoint)?;
+    let recorder = Recorder::new(client.clone(), config.reporter.clone());
+    let mut engine = Engine {
+        client,
+        config,
+        store,
+        metrics,
+        recorder,
+        acted: HashMap::new(),
+        overlay: HashMap::new(),
+        reported: HashSet::new(),
+        retries: DelayQueue::new(),
+        retry_keys: HashMap::new(),
+        attempts: HashMap::new(),
+    };
+    let initial = engine.initial_work(loaded);
+    info!(
+        changes = initial.len(),
+        "reconciling the store against the checkpoint"
+    );
+    let mut dirty = true;
+    for (key, forced) in initial {
+        engine.handle(key, forced).await;
+    }
+
+    let mut save_at: Option<Instant> = Some(Instant::now());
+    loop {
+        let save_deadline = save_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            Some(key) = changes.recv() => {
+                dirty |= engine.handle(key, None).await;
+            }
+            Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
+                let key = expired.into_inner();
+                engine.retry_keys.remove(&key);
+                engine.metrics.retries.inc();
+                dirty |= engine.handle(key, None).await;
+            }
+            () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
+                save_at = None;
+                if let Err(err) = checkpoint.save(&engine.acted).await {
+                    engine.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(error = %err, "saving the checkpoint failed; retrying");
+                    save_at = Some(Instant::now() + CHECKPOINT_DELAY);
+                }
+                dirty = false;
+            }
+            else => break,
+        }
+        if dirty && save_at.is_none() {
+            save_at = Some(Instant::now() + CHECKPOINT_DELAY);
+        }
+    }
+    // Shutdown: in-flight writes are done (the loop is sequential); keep what was acted on.
+    if let Err(err) = checkpoint.save(&engine.acted).await {
+        warn!(error = %err, "saving the checkpoint at shutdown failed; the next start replays recent changes");
+    }
+    Ok(())
+}
+
+struct Engine {
+    client: Client,
+    config: Config,
+    store: Store,
+    metrics: Metrics,
+    recorder: Recorder,
+    /// The hash last acted on (or taken as baseline) per resource: the checkpoint's content.
+    acted: HashMap<ResourceKey, ShortHash>,
+    /// Workloads as our own writes left them, until the watch catches up.
+    overlay: HashMap<WorkloadKey, Arc<Workload>>,
+    /// Workload versions whose bad annotations were already reported (one Event each).
+    reported: HashSet<(WorkloadKey, String)>,
+    retries: DelayQueue<ResourceKey>,
+    retry_keys: HashMap<ResourceKey, tokio_util::time::delay_queue::Key>,
+    attempts: HashMap<ResourceKey, u32>,
+}
+
+impl Engine {
+    /// Compare the synced store with the checkpoint: what changed while nobody watched?
+    /// Returns the keys to process, each with the transition to force (if any).
+    fn initial_work(
+        &mut self,
+        loaded: Option<HashMap<ResourceKey, ShortHash>>,
+    ) -> Vec<(ResourceKey, Option<Transition>)> {
+        let first_start = loaded.is_none();
+        let loaded = loaded.unwrap_or_default();
+        let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
+        let mut work = Vec::new();
+        let current = self.store.resources();
+        let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
+        for (key, state) in &current {
+            match loaded.get(key) {
+                _ if replay_all => work.push((key.clone(), Some(Transition::Created))),
+                Some(last) if *last == short(&state.hash) => {
+                    self.acted.insert(key.clone(), *last);
+                }
+                Some(last) => {
+                    self.acted.insert(key.clone(), *last);
+                    work.push((key.clone(), None));
+                }
+                None if first_start => {
+                    // Reloader's default: what exists at the first start is the baseline.
+                    self.acted.insert(key.clone(), short(&state.hash));
+                }
+                None => work.push((key.clone(), None)),
+            }
+        }
+        for (key, last) in loaded {
+            if !present.contains(&key) {
+                self.acted.insert(key.clone(), last);
+                work.push((key, None));
+            }
+        }
+        work.sort_by(|a, b| a.0.cmp(&b.0));
+        work
+    }
+
+    /// Process one resource; returns whether the acted-on hashes changed.
+    async fn handle(&mut self, key: ResourceKey, forced: Option<Transition>) -> bool {
+        let before = self.acted.get(&key).copied();
+        let started = Instant::now();
+        let span = info_span!("change", kind = key.kind.kind(), namespace = %key.namespace, name = %key.name);
+        let outcome = self.process(&key, forced).instrument(span).await;
+        let result = match outcome {
+            Outcome::Skipped => "skipped",
+            Outcome::Done => "success",
+            Outcome::Failed => "error",
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        self.metrics.reconcile.with_label_values(&[result]).inc();
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&[result])
+            .observe(elapsed);
+        match outcome {
+            Outcome::Failed => self.schedule_retry(key.clone()),
+            Outcome::Done => {
+                self.metrics.change_latency.observe(elapsed);
+                self.clear_retry(&key);
+            }
+            Outcome::Skipped => self.clear_retry(&key),
+        }
+        self.acted.get(&key).copied() != before
+    }
+
+    fn schedule_retry(&mut self, key: ResourceKey) {
+        let attempt = self.attempts.entry(key.clone()).or_insert(0);
+        *attempt += 1;
+        let delay = retry_delay(*attempt);
+        if let Some(existing) = self.retry_keys.get(&key) {
+            self.retries.reset(existing, delay);
+        } else {
+            let handle = self.retries.insert(key.clone(), delay);
+            self.retry_keys.insert(key, handle);
+        }
+    }
+
+    fn clear_retry(&mut self, key: &ResourceKey) {
+        self.attempts.remove(key);
+        if let Some(handle) = self.retry_keys.remove(key) {
+            self.retries.remove(&handle);
+        }
+    }
+
+    async fn process(&mut self, key: &ResourceKey, forced: Option<Transition>) -> Outcome {
+        let current = self.store.resource(key);
+        let last = self.acted.get(key).copied();
+        let transition = match (forced, last, &current) {
+            (Some(t), _, Some(_)) => t,
+            (_, Some(last), Some(state)) if last == short(&state.hash) => {
+                self.metrics
+                    .skipped
+                    .with_label_values(&["no_data_change"])
+                    .inc();
+                return Outcome::Skipped;
+            }
+            (_, Some(_), Some(_)) => Transition::Updated,
+            (_, None, Some(_)) => Transition::Created,
+            (_, Some(_), None) => Transition::Deleted,
+            (_, None, None) => return Outcome::Skipped,
+        };
+        let wanted = match transition {
+            Transition::Created => self.config.reload_on_create,
+            Transition::Deleted => self.config.reload_on_delete,
+            Transition::Updated => true,
+        };
+        if !wanted {
+            debug!(?transition, "not reloading for this kind of change");
+            self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
+            return Outcome::Skipped;
+        }
+        let (target, state) = match &current {
+            Some(state) => (Target::Hash(state.hash), state.clone()),
+            // A deleted resource is matched as if it had no annotations of its own.
+            None => (
+                Target::Deleted,
+                crate::watch::ResourceState {
+                    hash: crate::watch::DataHash::of_bytes(b""),
+                    ignored: false,
+                    search_match: false,
+                },
+            ),
+        };
+
+        let mut failed = false;
+        let mut wrote = 0usize;
+        for candidate in self.store.candidates(key) {
+            let workload = self.freshest(candidate);
+            match self.reload_one(key, &state, target, &workload).await {
+                WriteResult::Written => wrote += 1,
+                WriteResult::NotNeeded => {}
+                WriteResult::Failed => failed = true,
+            }
+        }
+        if failed {
+            return Outcome::Failed;
+        }
+        info!(?transition, workloads = wrote, hash = %state.hash, "change handled");
+        self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
+        if wrote > 0 {
+            Outcome::Done
+        } else {
+            Outcome::Skipped
+        }
+    }
+
+    fn record_acted(&mut self, key: &ResourceKey, hash: Option<ShortHash>) {
+        match hash {
+            Some(h) => self.acted.insert(key.clone(), h),
+            None => self.acted.remove(key),
+        };
+    }
+
+    /// The store's workload, unless our own later write is not yet reflected there.
+    fn freshest(&mut self, stored: Arc<Workload>) -> Arc<Workload> {
+        match self.overlay.get(&stored.key) {
+            Some(ours) if newer(&ours.resource_version, &stored.resource_version) => ours.clone(),
+            Some(_) => {
+                self.overlay.remove(&stored.key);
+                stored
+            }
+            None => stored,
+        }
+    }
+
+    async fn reload_one(
+        &mut self,
+        key: &ResourceKey,
+        state: &crate::watch::ResourceState,
+        target: Target,
+        workload: &Arc<Workload>,
+    ) -> WriteResult {
+        let verdict = decide(
+            &self.config.keys,
+            &self.config.options,
+            key.kind,
+            &key.name,
+            state,
+            &workload.annotations,
+            &workload.template,
+        );
+        if !verdict.problems.is_empty() {
+            self.report_problems(workload, &verdict.problems).await;
+        }
+        let Some(mode) = verdict.mode else {
+            self.metrics
+                .skipped
+                .with_label_values(&["ignored_or_not_selected"])
+                .inc();
+            return WriteResult::NotNeeded;
+        };
+        let Some(container) = target_container(&workload.template, key.kind, &key.name, mode)
+        else {
+            if mode == Mode::Auto {
+                self.metrics
+                    .skipped
+                    .with_label_values(&["strategy_not_updated"])
+                    .inc();
+            }
+            return WriteResult::NotNeeded;
+        };
+        let observed_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let Some(patch) = strategy::plan(
+            self.config.strategy,
+            workload,
+            key.kind,
+            &key.name,
+            container,
+            target,
+            observed_at,
+        ) else {
+            debug!(workload = %workload.key, "hash already recorded");
+            return WriteResult::NotNeeded;
+        };
+        self.metrics
+            .workloads_matched
+            .with_label_values(&[workload.key.kind.kind()])
+            .inc();
+        let kind = workload.key.kind.kind();
+        let started = Instant::now();
+        let result = self.patch(&workload.key, &patch).await;
+        self.metrics
+            .action_latency
+            .with_label_values(&[kind])
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(Some(updated)) => {
+                self.metrics
+                    .action
+                    .with_label_values(&[kind, "success"])
+                    .inc();
+                self.metrics.count_reload(&workload.key.namespace, true);
+                info!(workload = %workload.key, hash = %state.hash, strategy = %self.config.strategy, "workload reloaded");
+                self.overlay.insert(updated.key.clone(), Arc::new(updated));
+                let note = format!(
+                    "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
+                    key.name,
+                    key.kind.type_suffix(),
+                    key.namespace,
+                    workload.key.name,
+                    kind,
+                    workload.key.namespace
+                );
+                self.publish(workload, EventType::Normal, "Reloaded", note)
+                    .await;
+                WriteResult::Written
+            }
+            Ok(None) => {
+                debug!(workload = %workload.key, "workload is gone");
+                WriteResult::NotNeeded
+            }
+            Err(err) => {
+                self.metrics
+                    .action
+                    .with_label_values(&[kind, "error"])
+                    .inc();
+                self.metrics.count_reload(&workload.key.namespace, false);
+                self.metrics
+                    .errors
+                    .with_label_values(&["update_workload"])
+                    .inc();
+                warn!(workload = %workload.key, error = %err, "reload failed; will retry");
+                let note = format!(
+                    "Update for '{}' of type '{}' in namespace '{}' failed with error {}",
+                    workload.key.name, kind, workload.key.namespace, err
+                );
+                self.publish(workload, EventType::Warning, "ReloadFail", note)
+                    .await;
+                WriteResult::Failed
+            }
+        }
+    }
+
+    /// PATCH the workload; `Ok(None)` when it no longer exists.
+    async fn patch(&self, key: &WorkloadKey, patch: &Value) -> Result<Option<Workload>, String> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let c = &self.config.compactor;
+        let call = async {
+            let patch = Patch::Strategic(patch);
+            match key.kind {
+                WorkloadKind::Deployment => {
+                    let api: Api<SlimDeployment> =
+                        Api::namespaced(self.client.clone(), &key.namespace);
+                    api.patch(&key.name, &params, &patch)
+                        .await
+                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
+                }
+                WorkloadKind::DaemonSet => {
+                    let api: Api<SlimDaemonSet> =
+                        Api::namespaced(self.client.clone(), &key.namespace);
+                    api.patch(&key.name, &params, &patch)
+                        .await
+                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
+                }
+                WorkloadKind::StatefulSet => {
+                    let api: Api<SlimStatefulSet> =
+                        Api::namespaced(self.client.clone(), &key.namespace);
+                    api.patch(&key.name, &params, &patch)
+                        .await
+                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
+                }
+            }
+        };
+        match tokio::time::timeout(API_TIMEOUT, call).await {
+            Err(_) => Err(format!("timed out after {API_TIMEOUT:?}")),
+            Ok(Ok(updated)) => Ok(updated),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+            Ok(Err(err)) => Err(err.to_string()),
+        }
+    }
+
+    async fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
+        if !self
+            .reported
+            .insert((workload.key.clone(), workload.resource_version.clone()))
+        {
+            return;
+        }
+        for problem in problems {
+            self.metrics.invalid_annotations.inc();
+            warn!(
+                workload = %workload.key,
+                annotation = %problem.annotation,
+                value = %problem.value,
+                reason = %problem.reason,
+                "ignoring invalid annotation value"
+            );
+            let note = format!(
+                "Annotation {} has an unusable value {:?}: {}; the value is ignored",
+                problem.annotation, problem.value, problem.reason
+            );
+            self.publish(workload, EventType::Warning, "InvalidAnnotation", note)
+                .await;
+        }
+    }
+
+    async fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
+        let reference = ObjectReference {
+            api_version: Some("apps/v1".to_string()),
+            kind: Some(workload.key.kind.kind().to_string()),
+            name: Some(workload.key.name.to_string()),
+            namespace: Some(workload.key.namespace.to_string()),
+            uid: Some(workload.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            // The Event API caps notes at 1 kB.
+            note: Some(note.chars().take(1000).collect()),
+            action: "Reload".to_string(),
+            secondary: None,
+        };
+        match tokio::time::timeout(API_TIMEOUT, self.recorder.publish(&event, &reference)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                debug!(workload = %workload.key, error = %err, "publishing an Event failed")
+            }
+            Err(_) => debug!(workload = %workload.key, "publishing an Event timed out"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Skipped,
+    Done,
+    Failed,
+}
+
+enum WriteResult {
+    Written,
+    NotNeeded,
+    Failed,
+}
+
+/// The one backoff rule for retries: doubling from 200 ms, capped at a minute.
+fn retry_delay(attempt: u32) -> Duration {
+    RETRY_BASE
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(RETRY_MAX)
+}
+
+/// Whether resourceVersion `a` is later than `b`. They are etcd revisions in practice; an
+/// unparseable one is never "newer", so the store wins.
+fn newer(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_and_caps() {
+        assert_eq!(retry_delay(1), Duration::from_millis(400));
+        assert_eq!(retry_delay(2), Duration::from_millis(800));
+        assert_eq!(retry_delay(30), RETRY_MAX);
+    }
+
+    #[test]
+    fn resource_versions_compare_numerically() {
+        assert!(newer("10", "9"));
+        assert!(!newer("9", "10"));
+        assert!(!newer("x", "1"));
+    }
+}

@@ -1,0 +1,160 @@
+//! The reload engine's metrics, with Reloader's names and labels so dashboards keep working.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
+
+#[derive(Clone)]
+pub struct Metrics {
+    /// `reloader_reload_executed_total{success}`: one per workload write attempt.
+    pub reload_executed: IntCounterVec,
+    /// `reloader_reload_executed_total_by_namespace{success, namespace}`; only when enabled.
+    pub reload_executed_by_namespace: Option<IntCounterVec>,
+    /// `reloader_reconcile_total{result}`: one per processed change.
+    pub reconcile: IntCounterVec,
+    pub reconcile_duration: HistogramVec,
+    /// `reloader_action_total{workload_kind, result}`.
+    pub action: IntCounterVec,
+    pub action_latency: HistogramVec,
+    /// `reloader_skipped_total{reason}`.
+    pub skipped: IntCounterVec,
+    /// `reloader_errors_total{type}`.
+    pub errors: IntCounterVec,
+    pub retries: IntCounter,
+    /// `reloader_workloads_matched_total{kind}`.
+    pub workloads_matched: IntCounterVec,
+    /// Bad annotation values found on workloads (each also an Event on the workload).
+    pub invalid_annotations: IntCounter,
+    /// Time from a change reaching the engine to its last workload write.
+    pub change_latency: Histogram,
+}
+
+impl Metrics {
+    /// Create and register the series. Both `success` values are pre-set to 0, as Reloader does.
+    ///
+    /// # Errors
+    /// When a series of the same name is already registered.
+    pub fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
+        let reload_executed = IntCounterVec::new(
+            Opts::new(
+                "reloader_reload_executed_total",
+                "Counter of reloads executed by Reloader.",
+            ),
+            &["success"],
+        )?;
+        let reload_executed_by_namespace = by_namespace
+            .then(|| {
+                IntCounterVec::new(
+                    Opts::new(
+                        "reloader_reload_executed_total_by_namespace",
+                        "Counter of reloads executed by Reloader by namespace.",
+                    ),
+                    &["success", "namespace"],
+                )
+            })
+            .transpose()?;
+        let reconcile = IntCounterVec::new(
+            Opts::new("reloader_reconcile_total", "Changes processed, by result"),
+            &["result"],
+        )?;
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "reloader_reconcile_duration_seconds",
+                "Time to process one change",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["result"],
+        )?;
+        let action = IntCounterVec::new(
+            Opts::new(
+                "reloader_action_total",
+                "Workload writes, by kind and result",
+            ),
+            &["workload_kind", "result"],
+        )?;
+        let action_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "reloader_action_latency_seconds",
+                "Time of one workload write",
+            )
+            .buckets(vec![
+                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+            ]),
+            &["workload_kind"],
+        )?;
+        let skipped = IntCounterVec::new(
+            Opts::new("reloader_skipped_total", "Skipped reloads, by reason"),
+            &["reason"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new("reloader_errors_total", "Errors, by type"),
+            &["type"],
+        )?;
+        let retries = IntCounter::new(
+            "reloader_retries_total",
+            "Changes retried after a failed write",
+        )?;
+        let workloads_matched = IntCounterVec::new(
+            Opts::new(
+                "reloader_workloads_matched_total",
+                "Workloads matched, by kind",
+            ),
+            &["kind"],
+        )?;
+        let invalid_annotations = IntCounter::new(
+            "reloader_invalid_annotations_total",
+            "Workload annotation values that could not be used",
+        )?;
+        let change_latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "reloader_change_latency_seconds",
+                "From a change reaching the engine to its last write",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+        )?;
+        for success in ["true", "false"] {
+            reload_executed.with_label_values(&[success]);
+        }
+        registry.register(Box::new(reload_executed.clone()))?;
+        if let Some(c) = &reload_executed_by_namespace {
+            registry.register(Box::new(c.clone()))?;
+        }
+        registry.register(Box::new(reconcile.clone()))?;
+        registry.register(Box::new(reconcile_duration.clone()))?;
+        registry.register(Box::new(action.clone()))?;
+        registry.register(Box::new(action_latency.clone()))?;
+        registry.register(Box::new(skipped.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(retries.clone()))?;
+        registry.register(Box::new(workloads_matched.clone()))?;
+        registry.register(Box::new(invalid_annotations.clone()))?;
+        registry.register(Box::new(change_latency.clone()))?;
+        Ok(Metrics {
+            reload_executed,
+            reload_executed_by_namespace,
+            reconcile,
+            reconcile_duration,
+            action,
+            action_latency,
+            skipped,
+            errors,
+            retries,
+            workloads_matched,
+            invalid_annotations,
+            change_latency,
+        })
+    }
+
+    /// Count one workload write attempt in both reload counters.
+    pub fn count_reload(&self, namespace: &str, success: bool) {
+        let success = if success { "true" } else { "false" };
+        self.reload_executed.with_label_values(&[success]).inc();
+        if let Some(by_ns) = &self.reload_executed_by_namespace {
+            by_ns.with_label_values(&[success, namespace]).inc();
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The two reload strategies as pure functions: given a workload and the hash to record, the
+//! strategic-merge patch that records it, or nothing when it is already recorded.
+//!
+//! Recording the same hash twice is a no-op in both strategies; that is what makes replays,
+//! retries and overlapping replicas harmless (DESIGN principle 1).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::reload::{LAST_RELOADED_FROM, RELOADED_HASHES, env_var_name};
+use crate::watch::{DataHash, ResourceKind, Workload};
+
+/// `--reload-strategy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// Set `STAKATER_<NAME>_<TYPE>` on one container (Reloader's default).
+    #[default]
+    EnvVars,
+    /// Set the `last-reloaded-from` pod template annotation.
+    Annotations,
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "env-vars" | "default" | "" => Ok(Strategy::EnvVars),
+            "annotations" => Ok(Strategy::Annotations),
+            other => Err(format!(
+                "reload-strategy must be one of: env-vars, annotations (got {other:?})"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::EnvVars => "env-vars",
+            Strategy::Annotations => "annotations",
+        })
+    }
+}
+
+/// What the workload should record for the resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The resource's current hash.
+    Hash(DataHash),
+    /// The resource was deleted (`--reload-on-delete`).
+    Deleted,
+}
+
+/// Reloader's hash for a deleted resource in the annotations strategy:
+/// SHA-1 of `__RELOADER_EMPTY_DELETE_MARKER__`.
+pub fn delete_marker() -> DataHash {
+    DataHash::of_bytes(b"__RELOADER_EMPTY_DELETE_MARKER__")
+}
+
+/// Reloader v1's `last-reloaded-from` value; field order is part of the format.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadSource {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub name: String,
+    pub namespace: String,
+    pub hash: String,
+    pub container_refs: Vec<String>,
+    pub observed_at: i64,
+}
+
+/// The patch that records `target` for the resource on container `container` of `workload`,
+/// or `None` when the workload already records it.
+///
+/// `observed_at` is the wall-clock time in Unix seconds, written into `last-reloaded-from`.
+pub fn plan(
+    strategy: Strategy,
+    workload: &Workload,
+    kind: ResourceKind,
+    resource_name: &str,
+    container: usize,
+    target: Target,
+    observed_at: i64,
+) -> Option<Value> {
+    let container_name = &workload.template.containers.get(container)?.name;
+    match strategy {
+        Strategy::EnvVars => plan_env_var(
+            workload,
+            kind,
+            resource_name,
+            container,
+            container_name,
+            target,
+        ),
+        Strategy::Annotations => {
+            let hash = match target {
+                Target::Hash(h) => h,
+                Target::Deleted => delete_marker(),
+            };
+            plan_annotation(
+                workload,
+                kind,
+                resource_name,
+                container_name,
+                hash,
+                observed_at,
+            )
+        }
+    }
+}
+
+fn plan_env_var(
+    workload: &Workload,
+    kind: ResourceKind,
+    resource_name: &str,
+    container: usize,
+    container_name: &str,
+    target: Target,
+) -> Option<Value> {
+    let var = env_var_name(resource_name, kind);
+    let recorded = workload.template.containers[container]
+        .recorded
+        .iter()
+        .find(|(name, _)| *name == var)
+        .map(|(_, value)| value.as_str());
+    let env = match (target, recorded) {
+        (Target::Hash(h), Some(value)) if value == h.to_string() => return None,
+        (Target::Hash(h), _) => json!({ "name": var, "value": h.to_string() }),
+        (Target::Deleted, None) => return None,
+        // Strategic merge deletes the list item by its merge key, wherever it sits.
+        (Target::Deleted, Some(_)) => json!({ "name": var, "$patch": "delete" }),
+    };
+    Some(
+        json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } }),
+    )
+}
+
+fn plan_annotation(
+    workload: &Workload,
+    kind: ResourceKind,
+    resource_name: &str,
+    container_name: &str,
+    hash: DataHash,
+    observed_at: i64,
+) -> Option<Value> {
+    let mut recorded = recorded_hashes(workload);
+    let record_key = format!("{}/{}", kind.type_suffix(), resource_name);
+    let hash_text = hash.to_string();
+    if recorded.get(&record_key) == Some(&hash_text) {
+        return None;
+    }
+    if let Some(source) = last_reloaded_from(workload)
+        && source.type_ == kind.type_suffix()
+        && source.name == resource_name
+        && source.hash == hash_text
+    {
+        return None;
+    }
+    let source = ReloadSource {
+        type_: kind.type_suffix().to_string(),
+        name: resource_name.to_string(),
+        namespace: workload.key.namespace.to_string(),
+        hash: hash_text.clone(),
+        container_refs: vec![container_name.to_string()],
+        observed_at,
+    };
+    recorded.insert(record_key, hash_text);
+    // Serializing plain strings and integers cannot fail.
+    let source_json = serde_json::to_string(&source).unwrap_or_default();
+    let recorded_json = serde_json::to_string(&recorded).unwrap_or_default();
+    Some(json!({
+        "metadata": { "annotations": { RELOADED_HASHES: recorded_json } },
+        "spec": { "template": { "metadata": { "annotations": { LAST_RELOADED_FROM: source_json } } } }
+    }))
+}
+
+/// The per-resource hashes this controller recorded on the workload (annotations strategy).
+pub fn recorded_hashes(workload: &Workload) -> BTreeMap<String, String> {
+    workload
+        .annotations
+        .get(RELOADED_HASHES)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+/// The parsed `last-reloaded-from` pod template annotation, if present and well-formed.
+pub fn last_reloaded_from(workload: &Workload) -> Option<ReloadSource> {
+    serde_json::from_str(workload.template.annotations.get(LAST_RELOADED_FROM)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::{Container, PodTemplate, WorkloadKey, WorkloadKind};
+
+    fn workload() -> Workload {
+        Workload {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "ns".into(),
+                name: "web".into(),
+            },
+            uid: "u".into(),
+            resource_version: "1".into(),
+            annotations: BTreeMap::new(),
+            template: PodTemplate {
+                containers: vec![
+                    Container {
+                        name: "sidecar".into(),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "app".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
+        }
+    }
+
+    fn hash() -> DataHash {
+        DataHash::of_bytes(b"test=test")
+    }
+
+    #[test]
+    fn env_vars_patch_has_reloaders_shape() {
+        let patch = plan(
+            Strategy::EnvVars,
+            &workload(),
+            ResourceKind::ConfigMap,
+            "my-config",
+            1,
+            Target::Hash(hash()),
+            0,
+        );
+        assert_eq!(
+            patch,
+            Some(json!({ "spec": { "template": { "spec": { "containers": [
+                { "name": "app", "env": [ { "name": "STAKATER_MY_CONFIG_CONFIGMAP", "value": hash().to_string() } ] }
+            ] } } } }))
+        );
+    }
+
+    #[test]
+    fn env_vars_is_a_no_op_when_the_hash_is_already_recorded() {
+        let mut w = workload();
+        w.template.containers[1]
+            .recorded
+            .push(("STAKATER_MY_CONFIG_CONFIGMAP".into(), hash().to_string()));
+        assert_eq!(
+            plan(
+                Strategy::EnvVars,
+                &w,
+                ResourceKind::ConfigMap,
+                "my-config",
+                1,
+                Target::Hash(hash()),
+                0
+            ),
+            None
+        );
+        let other = DataHash::of_bytes(b"other");
+        assert!(
+            plan(
+                Strategy::EnvVars,
+                &w,
+                ResourceKind::ConfigMap,
+                "my-config",
+                1,
+                Target::Hash(other),
+                0
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn env_vars_delete_removes_the_var_only_when_present() {
+        let mut w = workload();
+        assert_eq!(
+            plan(
+                Strategy::EnvVars,
+                &w,
+                ResourceKind::Secret,
+                "s",
+                0,
+                Target::Deleted,
+                0
+            ),
+            None
+        );
+        w.template.containers[0]
+            .recorded
+            .push(("STAKATER_S_SECRET".into(), hash().to_string()));
+        assert_eq!(
+            plan(
+                Strategy::EnvVars,
+                &w,
+                ResourceKind::Secret,
+                "s",
+                0,
+                Target::Deleted,
+                0
+            ),
+            Some(json!({ "spec": { "template": { "spec": { "containers": [
+                { "name": "sidecar", "env": [ { "name": "STAKATER_S_SECRET", "$patch": "delete" } ] }
+            ] } } } }))
+        );
+    }
+
+    #[test]
+    fn annotation_json_has_reloader_v1_field_order() {
+        let patch = plan(
+            Strategy::Annotations,
+            &workload(),
+            ResourceKind::ConfigMap,
+            "cm",
+            1,
+            Target::Hash(hash()),
+            1700000000,
+        )
+        .expect("a first reload writes");
+        let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
+            .as_str()
+            .expect("annotation is a string");
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"type":"CONFIGMAP","name":"cm","namespace":"ns","hash":"{}","containerRefs":["app"],"observedAt":1700000000}}"#,
+                hash()
+            )
+        );
+    }
+
+    #[test]
+    fn annotations_strategy_is_idempotent_per_resource() {
+        let mut w = workload();
+        let patch = plan(
+            Strategy::Annotations,
+            &w,
+            ResourceKind::ConfigMap,
+            "a",
+            0,
+            Target::Hash(hash()),
+            1,
+        )
+        .expect("writes");
+        let recorded = patch["metadata"]["annotations"][RELOADED_HASHES]
+            .as_str()
+            .expect("string")
+            .to_string();
+        w.annotations.insert(RELOADED_HASHES.into(), recorded);
+        // A later reload for another resource overwrote last-reloaded-from...
+        w.template.annotations.insert(
+            LAST_RELOADED_FROM.into(),
+            r#"{"type":"CONFIGMAP","name":"b","namespace":"ns","hash":"x","containerRefs":["sidecar"],"observedAt":2}"#.into(),
+        );
+        // ...yet replaying the change of `a` writes nothing.
+        assert_eq!(
+            plan(
+                Strategy::Annotations,
+                &w,
+                ResourceKind::ConfigMap,
+                "a",
+                0,
+                Target::Hash(hash()),
+                3
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn annotations_strategy_respects_a_hash_recorded_by_reloader_itself() {
+        let mut w = workload();
+        w.template.annotations.insert(
+            LAST_RELOADED_FROM.into(),
+            format!(r#"{{"type":"SECRET","name":"s","namespace":"ns","hash":"{}","containerRefs":["app"],"observedAt":5}}"#, hash()),
+        );
+        assert_eq!(
+            plan(
+                Strategy::Annotations,
+                &w,
+                ResourceKind::Secret,
+                "s",
+                1,
+                Target::Hash(hash()),
+                9
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn annotations_delete_records_reloaders_marker() {
+        let patch = plan(
+            Strategy::Annotations,
+            &workload(),
+            ResourceKind::ConfigMap,
+            "cm",
+            0,
+            Target::Deleted,
+            1,
+        )
+        .expect("writes");
+        let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
+            .as_str()
+            .expect("string");
+        assert!(
+            value.contains("aae45badef99284e4dae01d6046154ea9d99532f"),
+            "{value}"
+        );
+    }
+
+    #[test]
+    fn strategy_flag_values() {
+        assert_eq!("env-vars".parse(), Ok(Strategy::EnvVars));
+        assert_eq!("annotations".parse(), Ok(Strategy::Annotations));
+        assert!(
+            "rolling"
+                .parse::<Strategy>()
+                .unwrap_err()
+                .contains("env-vars, annotations")
+        );
+    }
+}

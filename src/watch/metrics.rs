@@ -1,0 +1,43 @@
+//! The watch room's metrics, registered into the process registry by `main`.
+
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+
+/// Counters of what the watches received. Cheap to clone (handles to the same series).
+#[derive(Clone)]
+pub struct Metrics {
+    /// `reloader_events_received_total{event_type, resource_type}`, as Reloader names it.
+    pub events_received: IntCounterVec,
+    /// Watch stream errors (each is retried with backoff).
+    pub watch_errors: IntCounter,
+}
+
+impl Metrics {
+    /// Create and register the series.
+    ///
+    /// # Errors
+    /// When a series of the same name is already registered.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let events_received = IntCounterVec::new(
+            Opts::new(
+                "reloader_events_received_total",
+                "Watch events received, by event and resource type",
+            ),
+            &["event_type", "resource_type"],
+        )?;
+        let watch_errors = IntCounter::new(
+            "reloader_watch_errors_total",
+            "Watch stream errors, each retried with backoff",
+        )?;
+        registry.register(Box::new(events_received.clone()))?;
+        registry.register(Box::new(watch_errors.clone()))?;
+        Ok(Metrics {
+            events_received,
+            watch_errors,
+        })
+    }
+
+    /// Unregistered series, for tests.
+    pub fn unregistered() -> Self {
+        Self::register(&Registry::new()).expect("a fresh registry has no name clashes")
+    }
+}

@@ -1,0 +1,537 @@
+//! The watch task: one watch per kind (cluster-wide, or one per namespace in namespace-scoped
+//! mode), merged into one stream whose events this task alone applies to the store.
+//!
+//! ```text
+//!  Namespaces (labels) ─┐
+//!  ConfigMaps, Secrets ─┼─▶ filter to selected namespaces ─▶ Writer ─▶ Store (readers)
+//!  Deployments, ...    ─┘                                      └──▶ changes: ResourceKey ─▶ reload
+//! ```
+//! A resource whose hash changes, appears or disappears is sent on `changes` (once every
+//! stream has finished its first list; before that the engine reconciles the whole store).
+//! Relists after `410 Gone` or a reconnect are diffed against the store, so a change that
+//! happened while the watch was down is still sent.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PartialObjectMeta;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::shard::{LabelSelector, NamespaceFilter};
+use crate::watch::wire::{
+    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet,
+};
+use crate::watch::{
+    Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer,
+};
+
+/// What to watch and what to keep.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// `None`: cluster-wide watches. `Some`: one watch per listed namespace and nothing
+    /// cluster-scoped, so a namespaced Role is enough.
+    pub namespaces: Option<Vec<String>>,
+    /// Namespace list, ignore list and selector (the selector only in cluster-wide mode).
+    pub filter: NamespaceFilter,
+    /// `--resource-label-selector`, applied by the API server to ConfigMaps and Secrets.
+    pub resource_label_selector: Option<LabelSelector>,
+    pub watch_configmaps: bool,
+    pub watch_secrets: bool,
+    /// Turns wire objects into stored forms (which annotation keys to keep).
+    pub compactor: Compactor,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The changes receiver is gone: the engine stopped. Not retryable.
+    #[error("the reload engine stopped receiving changes")]
+    EngineGone,
+}
+
+/// One incoming event, tagged with the stream it came from.
+enum Incoming {
+    ConfigMap(WatchEvent<SlimConfigMap>),
+    Secret(WatchEvent<SlimSecret>),
+    Workload(WorkloadKind, WatchEvent<Option<Workload>>),
+}
+
+type Tagged = (usize, Result<Incoming, watcher::Error>);
+type Merged = futures::stream::SelectAll<Pin<Box<dyn Stream<Item = Tagged> + Send>>>;
+
+/// A stream's scope and whether it has completed a list since (re)start.
+struct StreamState {
+    namespace: Option<String>,
+    synced_once: bool,
+    seen: Option<HashSet<Arc<str>>>,
+}
+
+/// Run the watches until `shutdown`, keeping `writer`'s store current.
+///
+/// `synced` turns true once every watch has finished its first list. `changes` receives the
+/// key of every resource whose data changed, appeared or disappeared after that.
+///
+/// # Errors
+/// [`Error::EngineGone`] when the receiver of `changes` is dropped. API errors are retried
+/// with backoff and logged; they never end the task.
+pub async fn run(
+    client: Client,
+    config: Config,
+    writer: Writer,
+    metrics: Metrics,
+    changes: mpsc::Sender<ResourceKey>,
+    synced: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let mut task = WatchTask {
+        compactor: config.compactor.clone(),
+        config,
+        writer,
+        metrics,
+        changes,
+        namespace_labels: HashMap::new(),
+        selected: HashSet::new(),
+        streams: Vec::new(),
+        all_synced: false,
+    };
+    let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
+    let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone()));
+    if let Some(ns_stream) = namespaces.as_mut() {
+        // Objects can only be filtered once namespace labels are known.
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = task.sync_namespaces(ns_stream) => {}
+        }
+    }
+    loop {
+        let mut merged = task.start_streams(&client);
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                Some(event) = next_namespace_event(&mut namespaces) => {
+                    if task.apply_namespace_event(event) {
+                        info!("namespace selection gained namespaces; relisting watches");
+                        break;
+                    }
+                }
+                Some((stream, item)) = merged.next() => {
+                    match item {
+                        Ok(incoming) => task.apply(stream, incoming).await?,
+                        Err(err) => {
+                            task.metrics.watch_errors.inc();
+                            warn!(error = %err, "watch failed; retrying with backoff");
+                        }
+                    }
+                    if !task.all_synced && task.streams.iter().all(|s| s.synced_once) {
+                        task.all_synced = true;
+                        let (resources, workloads) = task.writer.store().len();
+                        info!(resources, workloads, "initial sync complete");
+                        synced.send_replace(true);
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct WatchTask {
+    config: Config,
+    compactor: Compactor,
+    writer: Writer,
+    metrics: Metrics,
+    changes: mpsc::Sender<ResourceKey>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    selected: HashSet<String>,
+    streams: Vec<StreamState>,
+    all_synced: bool,
+}
+
+type NamespaceStream = Pin<
+    Box<dyn Stream<Item = Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>> + Send>,
+>;
+
+fn namespace_stream(client: Client) -> NamespaceStream {
+    // Metadata only: labels are all the filter needs.
+    let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed()
+}
+
+async fn next_namespace_event(
+    namespaces: &mut Option<NamespaceStream>,
+) -> Option<Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>> {
+    match namespaces {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl WatchTask {
+    async fn sync_namespaces(&mut self, stream: &mut NamespaceStream) {
+        while let Some(event) = stream.next().await {
+            let done = matches!(event, Ok(WatchEvent::InitDone));
+            self.apply_namespace_event(event);
+            if done {
+                return;
+            }
+        }
+    }
+
+    /// Apply a namespace event; returns whether a namespace joined the selection (the object
+    /// watches must then relist to load its objects).
+    fn apply_namespace_event(
+        &mut self,
+        event: Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>,
+    ) -> bool {
+        let event = match event {
+            Ok(event) => event,
+            Err(err) => {
+                self.metrics.watch_errors.inc();
+                warn!(error = %err, kind = "Namespace", "watch failed; retrying with backoff");
+                return false;
+            }
+        };
+        let mut gained = false;
+        match event {
+            WatchEvent::Init => self.namespace_labels.clear(),
+            WatchEvent::InitApply(ns) | WatchEvent::Apply(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                self.namespace_labels.insert(name.clone(), labels);
+                gained |= self.reselect(&name);
+            }
+            WatchEvent::Delete(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                self.namespace_labels.remove(&name);
+                self.reselect(&name);
+            }
+            WatchEvent::InitDone => {
+                let known: Vec<String> = self.selected.iter().cloned().collect();
+                for name in known {
+                    self.reselect(&name);
+                }
+            }
+        }
+        gained
+    }
+
+    /// Re-evaluate one namespace; returns true if it newly joined.
+    fn reselect(&mut self, name: &str) -> bool {
+        let selected = self
+            .namespace_labels
+            .get(name)
+            .is_some_and(|labels| self.config.filter.select(name, labels).is_selected());
+        if selected {
+            self.selected.insert(name.to_string())
+        } else {
+            if self.selected.remove(name) {
+                debug!(
+                    namespace = name,
+                    "namespace left the selection; forgetting its objects"
+                );
+                self.writer.forget_namespace(name);
+            }
+            false
+        }
+    }
+
+    fn is_selected(&self, namespace: &str) -> bool {
+        if self.config.namespaces.is_some() {
+            // Namespace-scoped watches only ever see listed namespaces.
+            return true;
+        }
+        if self.config.filter.needs_labels() {
+            self.selected.contains(namespace)
+        } else {
+            self.config
+                .filter
+                .select(namespace, &BTreeMap::new())
+                .is_selected()
+        }
+    }
+
+    /// (Re)start every object watch; each starts with a full list.
+    fn start_streams(&mut self, client: &Client) -> Merged {
+        let scopes: Vec<Option<String>> = match &self.config.namespaces {
+            None => vec![None],
+            Some(list) => list.iter().cloned().map(Some).collect(),
+        };
+        let selector = self
+            .config
+            .resource_label_selector
+            .as_ref()
+            .map(ToString::to_string);
+        let resource_config = match &selector {
+            Some(s) => watcher::Config::default().labels(s),
+            None => watcher::Config::default(),
+        };
+        self.streams.clear();
+        let mut merged: Merged = futures::stream::SelectAll::new();
+        for scope in scopes {
+            if self.config.watch_configmaps {
+                let id = self.add_stream(&scope);
+                merged.push(tagged(
+                    id,
+                    watch_kind::<SlimConfigMap>(client, &scope, resource_config.clone()),
+                    Incoming::ConfigMap,
+                ));
+            }
+            if self.config.watch_secrets {
+                let id = self.add_stream(&scope);
+                merged.push(tagged(
+                    id,
+                    watch_kind::<SlimSecret>(client, &scope, resource_config.clone()),
+                    Incoming::Secret,
+                ));
+            }
+            let c = self.compactor.clone();
+            let id = self.add_stream(&scope);
+            merged.push(tagged(
+                id,
+                watch_kind::<SlimDeployment>(client, &scope, watcher::Config::default()).map(
+                    move |r| {
+                        r.map(|e| {
+                            map_event(e, |d| {
+                                c.workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)
+                            })
+                        })
+                    },
+                ),
+                |e| Incoming::Workload(WorkloadKind::Deployment, e),
+            ));
+            let c = self.compactor.clone();
+            let id = self.add_stream(&scope);
+            merged.push(tagged(
+                id,
+                watch_kind::<SlimDaemonSet>(client, &scope, watcher::Config::default()).map(
+                    move |r| {
+                        r.map(|e| {
+                            map_event(e, |d| {
+                                c.workload(WorkloadKind::DaemonSet, &d.metadata, &d.spec.template)
+                            })
+                        })
+                    },
+                ),
+                |e| Incoming::Workload(WorkloadKind::DaemonSet, e),
+            ));
+            let c = self.compactor.clone();
+            let id = self.add_stream(&scope);
+            merged.push(tagged(
+                id,
+                watch_kind::<SlimStatefulSet>(client, &scope, watcher::Config::default()).map(
+                    move |r| {
+                        r.map(|e| {
+                            map_event(e, |d| {
+                                c.workload(WorkloadKind::StatefulSet, &d.metadata, &d.spec.template)
+                            })
+                        })
+                    },
+                ),
+                |e| Incoming::Workload(WorkloadKind::StatefulSet, e),
+            ));
+        }
+        merged
+    }
+
+    fn add_stream(&mut self, scope: &Option<String>) -> usize {
+        self.streams.push(StreamState {
+            namespace: scope.clone(),
+            synced_once: false,
+            seen: None,
+        });
+        self.streams.len() - 1
+    }
+
+    async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
+        match incoming {
+            Incoming::ConfigMap(
+                WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) | WatchEvent::Delete(cm),
+            ) if Compactor::is_internal(&cm) => Ok(()),
+            Incoming::ConfigMap(event) => {
+                let compactor = self.compactor.clone();
+                self.apply_resource_event(stream, ResourceKind::ConfigMap, event, |cm| {
+                    (
+                        cm.metadata.namespace.clone(),
+                        cm.metadata.name.clone(),
+                        compactor.configmap(cm),
+                    )
+                })
+                .await
+            }
+            Incoming::Secret(event) => {
+                let compactor = self.compactor.clone();
+                self.apply_resource_event(stream, ResourceKind::Secret, event, |s| {
+                    (
+                        s.metadata.namespace.clone(),
+                        s.metadata.name.clone(),
+                        compactor.secret(s),
+                    )
+                })
+                .await
+            }
+            Incoming::Workload(kind, event) => {
+                self.apply_workload_event(stream, kind, event);
+                Ok(())
+            }
+        }
+    }
+
+    async fn apply_resource_event<K>(
+        &mut self,
+        stream: usize,
+        kind: ResourceKind,
+        event: WatchEvent<K>,
+        compact: impl Fn(&K) -> (Option<String>, Option<String>, ResourceState),
+    ) -> Result<(), Error> {
+        let emit = self.streams[stream].synced_once;
+        match event {
+            WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
+            WatchEvent::InitApply(obj) | WatchEvent::Apply(obj) => {
+                let (Some(namespace), Some(name), state) = compact(&obj) else {
+                    return Ok(());
+                };
+                self.metrics
+                    .events_received
+                    .with_label_values(&["update", kind.plural()])
+                    .inc();
+                if !self.is_selected(&namespace) {
+                    return Ok(());
+                }
+                let key = ResourceKey {
+                    kind,
+                    namespace: namespace.into(),
+                    name: name.into(),
+                };
+                if let Some(seen) = self.streams[stream].seen.as_mut() {
+                    seen.insert(Arc::from(format!("{}/{}", key.namespace, key.name)));
+                }
+                let previous = self.writer.apply_resource(key.clone(), state.clone());
+                if emit && previous.is_none_or(|p| p.hash != state.hash) {
+                    self.send(key).await?;
+                }
+            }
+            WatchEvent::Delete(obj) => {
+                let (Some(namespace), Some(name), _) = compact(&obj) else {
+                    return Ok(());
+                };
+                self.metrics
+                    .events_received
+                    .with_label_values(&["delete", kind.plural()])
+                    .inc();
+                let key = ResourceKey {
+                    kind,
+                    namespace: namespace.into(),
+                    name: name.into(),
+                };
+                if self.writer.delete_resource(&key).is_some() && emit {
+                    self.send(key).await?;
+                }
+            }
+            WatchEvent::InitDone => {
+                let state = &mut self.streams[stream];
+                let seen = state.seen.take().unwrap_or_default();
+                let scope = state.namespace.clone();
+                state.synced_once = true;
+                for key in self.writer.resource_keys(kind, scope.as_deref()) {
+                    if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
+                        self.writer.delete_resource(&key);
+                        if emit {
+                            self.send(key).await?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_workload_event(
+        &mut self,
+        stream: usize,
+        kind: WorkloadKind,
+        event: WatchEvent<Option<Workload>>,
+    ) {
+        match event {
+            WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
+            WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
+                if !self.is_selected(&w.key.namespace) {
+                    return;
+                }
+                if let Some(seen) = self.streams[stream].seen.as_mut() {
+                    seen.insert(Arc::from(format!("{}/{}", w.key.namespace, w.key.name)));
+                }
+                self.writer.apply_workload(w);
+            }
+            WatchEvent::Delete(Some(w)) => self.writer.delete_workload(&w.key),
+            WatchEvent::InitApply(None) | WatchEvent::Apply(None) | WatchEvent::Delete(None) => {}
+            WatchEvent::InitDone => {
+                let state = &mut self.streams[stream];
+                let seen = state.seen.take().unwrap_or_default();
+                let scope = state.namespace.clone();
+                state.synced_once = true;
+                for key in self.writer.workload_keys(kind, scope.as_deref()) {
+                    if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
+                        self.writer.delete_workload(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send(&self, key: ResourceKey) -> Result<(), Error> {
+        debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
+        self.changes.send(key).await.map_err(|_| Error::EngineGone)
+    }
+}
+
+fn watch_kind<K>(
+    client: &Client,
+    namespace: &Option<String>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    watcher::watcher(api, config).default_backoff()
+}
+
+fn tagged<K: 'static, S>(
+    id: usize,
+    stream: S,
+    wrap: fn(WatchEvent<K>) -> Incoming,
+) -> Pin<Box<dyn Stream<Item = Tagged> + Send>>
+where
+    S: Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
+{
+    Box::pin(stream.map(move |item| (id, item.map(wrap))))
+}
+
+fn map_event<A, B>(event: WatchEvent<A>, f: impl FnOnce(A) -> B) -> WatchEvent<B> {
+    match event {
+        WatchEvent::Apply(a) => WatchEvent::Apply(f(a)),
+        WatchEvent::Delete(a) => WatchEvent::Delete(f(a)),
+        WatchEvent::Init => WatchEvent::Init,
+        WatchEvent::InitApply(a) => WatchEvent::InitApply(f(a)),
+        WatchEvent::InitDone => WatchEvent::InitDone,
+    }
+}
