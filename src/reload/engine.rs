@@ -1,7 +1,7 @@
 //! The reload engine: turns resource changes into workload writes.
 //!
 //! ```text
-//!  changes (ResourceKey) ─▶ current hash (store) vs acted-on hash (checkpoint)
+//!  changes (Change) ─▶ observed hash vs acted-on hash (checkpoint)
 //!        │ differs                                    ▲
 //!        ▼                                            │ every workload records it
 //!  candidates (store index) ─▶ rules ─▶ strategy ─▶ PATCH ─┘   else: retry with backoff
@@ -28,8 +28,8 @@ use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
 use crate::reload::{Keys, Metrics, Mode, Options, decide, target_container};
 use crate::watch::{
-    Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store, Workload,
-    WorkloadKey, WorkloadKind,
+    Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store,
+    Workload, WorkloadKey, WorkloadKind,
 };
 
 /// Field manager of every write, as Reloader's.
@@ -90,7 +90,7 @@ pub async fn run(
     config: Config,
     store: Store,
     metrics: Metrics,
-    mut changes: mpsc::Receiver<ResourceKey>,
+    mut changes: mpsc::Receiver<Change>,
     mut synced: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
@@ -124,8 +124,8 @@ pub async fn run(
         "reconciling the store against the checkpoint"
     );
     let mut dirty = true;
-    for (key, forced) in initial {
-        engine.handle(key, forced).await;
+    for (change, forced) in initial {
+        engine.handle(change, forced).await;
     }
 
     let mut save_at: Option<Instant> = Some(Instant::now());
@@ -134,14 +134,16 @@ pub async fn run(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Some(key) = changes.recv() => {
-                dirty |= engine.handle(key, None).await;
+            Some(change) = changes.recv() => {
+                dirty |= engine.handle(change, None).await;
             }
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
                 engine.retry_keys.remove(&key);
                 engine.metrics.retries.inc();
-                dirty |= engine.handle(key, None).await;
+                // A retry acts on whatever the resource holds now.
+                let observed = engine.store.resource(&key).map(|s| s.hash);
+                dirty |= engine.handle(Change { key, observed }, None).await;
             }
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
                 save_at = None;
@@ -188,7 +190,7 @@ impl Engine {
     fn initial_work(
         &mut self,
         loaded: Option<HashMap<ResourceKey, ShortHash>>,
-    ) -> Vec<(ResourceKey, Option<Transition>)> {
+    ) -> Vec<(Change, Option<Transition>)> {
         let first_start = loaded.is_none();
         let loaded = loaded.unwrap_or_default();
         let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
@@ -196,38 +198,49 @@ impl Engine {
         let current = self.store.resources();
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
+            let change = Change {
+                key: key.clone(),
+                observed: Some(state.hash),
+            };
             match loaded.get(key) {
-                _ if replay_all => work.push((key.clone(), Some(Transition::Created))),
+                _ if replay_all => work.push((change, Some(Transition::Created))),
                 Some(last) if *last == short(&state.hash) => {
                     self.acted.insert(key.clone(), *last);
                 }
                 Some(last) => {
                     self.acted.insert(key.clone(), *last);
-                    work.push((key.clone(), None));
+                    work.push((change, None));
                 }
                 None if first_start => {
                     // Reloader's default: what exists at the first start is the baseline.
                     self.acted.insert(key.clone(), short(&state.hash));
                 }
-                None => work.push((key.clone(), None)),
+                None => work.push((change, None)),
             }
         }
         for (key, last) in loaded {
             if !present.contains(&key) {
                 self.acted.insert(key.clone(), last);
-                work.push((key, None));
+                work.push((
+                    Change {
+                        key,
+                        observed: None,
+                    },
+                    None,
+                ));
             }
         }
-        work.sort_by(|a, b| a.0.cmp(&b.0));
+        work.sort_by(|a, b| a.0.key.cmp(&b.0.key));
         work
     }
 
     /// Process one resource; returns whether the acted-on hashes changed.
-    async fn handle(&mut self, key: ResourceKey, forced: Option<Transition>) -> bool {
+    async fn handle(&mut self, change: Change, forced: Option<Transition>) -> bool {
+        let key = change.key.clone();
         let before = self.acted.get(&key).copied();
         let started = Instant::now();
         let span = info_span!("change", kind = key.kind.kind(), namespace = %key.namespace, name = %key.name);
-        let outcome = self.process(&key, forced).instrument(span).await;
+        let outcome = self.process(&change, forced).instrument(span).await;
         let result = match outcome {
             Outcome::Skipped => "skipped",
             Outcome::Done => "success",
@@ -269,22 +282,36 @@ impl Engine {
         }
     }
 
-    async fn process(&mut self, key: &ResourceKey, forced: Option<Transition>) -> Outcome {
+    async fn process(&mut self, change: &Change, forced: Option<Transition>) -> Outcome {
+        let key = &change.key;
         let current = self.store.resource(key);
         let last = self.acted.get(key).copied();
-        let transition = match (forced, last, &current) {
-            (Some(t), _, Some(_)) => t,
-            (_, Some(last), Some(state)) if last == short(&state.hash) => {
+        let transition = match (forced, last, change.observed) {
+            (Some(t), _, _) => t,
+            (None, Some(last), Some(seen)) if last == short(&seen) => {
                 self.metrics
                     .skipped
                     .with_label_values(&["no_data_change"])
                     .inc();
                 return Outcome::Skipped;
             }
-            (_, Some(_), Some(_)) => Transition::Updated,
-            (_, None, Some(_)) => Transition::Created,
-            (_, Some(_), None) => Transition::Deleted,
-            (_, None, None) => return Outcome::Skipped,
+            (None, Some(_), Some(_)) => Transition::Updated,
+            (None, None, Some(_)) => Transition::Created,
+            (None, Some(_), None) => Transition::Deleted,
+            (None, None, None) => return Outcome::Skipped,
+        };
+        // Act on the newest state; a later event for the same resource is then a no-op.
+        let current = match (transition, current) {
+            (Transition::Deleted, Some(_)) => {
+                // Deleted and already re-created: the creation event that follows decides.
+                self.acted.remove(key);
+                return Outcome::Skipped;
+            }
+            (Transition::Created | Transition::Updated, None) => {
+                // Gone since the event: the deletion event that follows decides.
+                return Outcome::Skipped;
+            }
+            (_, current) => current,
         };
         let wanted = match transition {
             Transition::Created => self.config.reload_on_create,
@@ -293,7 +320,9 @@ impl Engine {
         };
         if !wanted {
             debug!(?transition, "not reloading for this kind of change");
-            self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
+            // A create is baselined at the hash its event carried, so an update that is already
+            // queued behind it still counts as a change.
+            self.record_acted(key, change.observed.as_ref().map(short));
             return Outcome::Skipped;
         }
         let (target, state) = match &current {

@@ -1,6 +1,6 @@
 //! The watch room's metrics, registered into the process registry by `main`.
 
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// Counters of what the watches received. Cheap to clone (handles to the same series).
 #[derive(Clone)]
@@ -9,6 +9,8 @@ pub struct Metrics {
     pub events_received: IntCounterVec,
     /// Watch stream errors (each is retried with backoff).
     pub watch_errors: IntCounter,
+    /// `reloader_store_objects{kind="resources"|"workloads"}`: what this replica holds.
+    pub store_objects: IntGaugeVec,
 }
 
 impl Metrics {
@@ -28,16 +30,20 @@ impl Metrics {
             "reloader_watch_errors_total",
             "Watch stream errors, each retried with backoff",
         )?;
+        let store_objects = IntGaugeVec::new(
+            Opts::new(
+                "reloader_store_objects",
+                "Objects held in this replica's store",
+            ),
+            &["kind"],
+        )?;
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
+        registry.register(Box::new(store_objects.clone()))?;
         Ok(Metrics {
             events_received,
             watch_errors,
+            store_objects,
         })
-    }
-
-    /// Unregistered series, for tests.
-    pub fn unregistered() -> Self {
-        Self::register(&Registry::new()).expect("a fresh registry has no name clashes")
     }
 }

@@ -13,7 +13,7 @@ mod wire;
 pub use hash::DataHash;
 pub use metrics::Metrics;
 pub use object::{
-    Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload,
+    Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload,
     WorkloadKey, WorkloadKind,
 };
 pub use store::{Store, Writer};

@@ -103,6 +103,15 @@ impl fmt::Display for WorkloadKey {
     }
 }
 
+/// A resource whose data changed, appeared or disappeared, as one watch event showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub key: ResourceKey,
+    /// The hash the event carried; `None` for a deletion. The store may already hold a newer
+    /// one; this one tells what the event itself saw (a create is baselined at this hash).
+    pub observed: Option<DataHash>,
+}
+
 /// What the engine knows of a ConfigMap, Secret or SecretProviderClass: its hash and the two
 /// annotations Reloader reads on it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! ```text
 //!  Namespaces (labels) ─┐
 //!  ConfigMaps, Secrets ─┼─▶ filter to selected namespaces ─▶ Writer ─▶ Store (readers)
-//!  Deployments, ...    ─┘                                      └──▶ changes: ResourceKey ─▶ reload
+//!  Deployments, ...    ─┘                                      └──▶ changes: Change ─▶ reload
 //! ```
 //! A resource whose hash changes, appears or disappears is sent on `changes` (once every
 //! stream has finished its first list; before that the engine reconciles the whole store).
@@ -32,7 +32,7 @@ use crate::watch::wire::{
     Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet,
 };
 use crate::watch::{
-    Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer,
+    Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer,
 };
 
 /// What to watch and what to keep.
@@ -88,7 +88,7 @@ pub async fn run(
     config: Config,
     writer: Writer,
     metrics: Metrics,
-    changes: mpsc::Sender<ResourceKey>,
+    changes: mpsc::Sender<Change>,
     synced: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
@@ -132,9 +132,11 @@ pub async fn run(
                             warn!(error = %err, "watch failed; retrying with backoff");
                         }
                     }
+                    let (resources, workloads) = task.writer.store().len();
+                    task.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
+                    task.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
                     if !task.all_synced && task.streams.iter().all(|s| s.synced_once) {
                         task.all_synced = true;
-                        let (resources, workloads) = task.writer.store().len();
                         info!(resources, workloads, "initial sync complete");
                         synced.send_replace(true);
                     }
@@ -149,7 +151,7 @@ struct WatchTask {
     compactor: Compactor,
     writer: Writer,
     metrics: Metrics,
-    changes: mpsc::Sender<ResourceKey>,
+    changes: mpsc::Sender<Change>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     selected: HashSet<String>,
     streams: Vec<StreamState>,
@@ -418,7 +420,11 @@ impl WatchTask {
                 }
                 let previous = self.writer.apply_resource(key.clone(), state.clone());
                 if emit && previous.is_none_or(|p| p.hash != state.hash) {
-                    self.send(key).await?;
+                    self.send(Change {
+                        key,
+                        observed: Some(state.hash),
+                    })
+                    .await?;
                 }
             }
             WatchEvent::Delete(obj) => {
@@ -435,7 +441,11 @@ impl WatchTask {
                     name: name.into(),
                 };
                 if self.writer.delete_resource(&key).is_some() && emit {
-                    self.send(key).await?;
+                    self.send(Change {
+                        key,
+                        observed: None,
+                    })
+                    .await?;
                 }
             }
             WatchEvent::InitDone => {
@@ -447,7 +457,11 @@ impl WatchTask {
                     if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
                         self.writer.delete_resource(&key);
                         if emit {
-                            self.send(key).await?;
+                            self.send(Change {
+                                key,
+                                observed: None,
+                            })
+                            .await?;
                         }
                     }
                 }
@@ -489,9 +503,13 @@ impl WatchTask {
         }
     }
 
-    async fn send(&self, key: ResourceKey) -> Result<(), Error> {
+    async fn send(&self, change: Change) -> Result<(), Error> {
+        let key = &change.key;
         debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
-        self.changes.send(key).await.map_err(|_| Error::EngineGone)
+        self.changes
+            .send(change)
+            .await
+            .map_err(|_| Error::EngineGone)
     }
 }
 

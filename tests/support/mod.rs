@@ -6,6 +6,10 @@
 
 #![allow(dead_code)] // Each test binary uses a different subset of these helpers.
 
+pub mod controller;
+pub mod fixtures;
+pub mod scenario;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;

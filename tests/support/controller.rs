@@ -1,0 +1,149 @@
+//! The real `reloader` binary, run as a process against the local control plane.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use super::kubeconfig_path;
+
+/// A running controller. Killed when dropped; [`Controller::stop`] stops it gracefully.
+pub struct Controller {
+    child: Option<Child>,
+    port: u16,
+    pub log: PathBuf,
+}
+
+impl Controller {
+    /// Start `reloader` with `args`, its checkpoint in `home_namespace`, and wait until it is
+    /// ready (every watch listed). Logs go to `target/test-logs/<name>.log`.
+    pub async fn start(name: &str, home_namespace: &str, args: &[&str]) -> Controller {
+        let port = free_port();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
+        std::fs::create_dir_all(&dir).expect("create the test log folder");
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the controller log");
+        let err = file.try_clone().expect("clone the log handle");
+        let child = Command::new(env!("CARGO_BIN_EXE_reloader"))
+            .args(args)
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("POD_NAMESPACE", home_namespace)
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info,reloader_fleet=debug,kube=warn")
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the reloader binary");
+        let mut controller = Controller {
+            child: Some(child),
+            port,
+            log,
+        };
+        controller.wait_ready().await;
+        controller
+    }
+
+    async fn wait_ready(&mut self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.port);
+        let log = self.log.clone();
+        let child = self.child.as_mut().expect("running");
+        let deadline = tokio::time::Instant::now() + super::DEADLINE;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "reloader exited with {status} before becoming ready; see {}",
+                    log.display()
+                );
+            }
+            if http_get(&url).await.is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("reloader did not become ready; see {}", log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        http_get(&url)
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    /// The value of one metric series, e.g. `reloader_reload_executed_total{success="true"}`.
+    pub async fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.trim().parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// SIGTERM and wait for a clean exit (it saves its checkpoint on the way out).
+    pub async fn stop(mut self) {
+        let mut child = self.child.take().expect("running");
+        if let Some(pid) = child.id() {
+            // The kill command sends SIGTERM without unsafe code in the tests.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "reloader did not stop within 20s; see {}",
+                    self.log.display()
+                )
+            })
+            .expect("wait for reloader");
+        assert!(
+            status.success(),
+            "reloader exited with {status}; see {}",
+            self.log.display()
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A tiny HTTP/1.0 GET over loopback; `None` when nothing answers.
+async fn http_get(url: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}")))?;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}

@@ -1,0 +1,253 @@
+//! Small builders for the objects tests create, and readers for what the controller recorded.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use reloader_fleet::reload::{LAST_RELOADED_FROM, env_var_name};
+use reloader_fleet::watch::{DataHash, ResourceKind};
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Deployment,
+    DaemonSet,
+    StatefulSet,
+}
+
+pub const ALL_KINDS: [Kind; 3] = [Kind::Deployment, Kind::DaemonSet, Kind::StatefulSet];
+
+impl Kind {
+    fn api_resource(self) -> ApiResource {
+        match self {
+            Kind::Deployment => ApiResource::erase::<Deployment>(&()),
+            Kind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+            Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        }
+    }
+
+    pub fn api(self, client: &Client, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), ns, &self.api_resource())
+    }
+}
+
+/// A workload under construction: `Workload::new(Kind::Deployment, "web").auto()...`.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub kind: Kind,
+    pub name: String,
+    annotations: BTreeMap<String, String>,
+    template_annotations: BTreeMap<String, String>,
+    containers: Vec<Value>,
+    init_containers: Vec<Value>,
+    volumes: Vec<Value>,
+}
+
+impl Workload {
+    pub fn new(kind: Kind, name: &str) -> Self {
+        Workload {
+            kind,
+            name: name.to_string(),
+            annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![],
+            init_containers: vec![],
+            volumes: vec![],
+        }
+    }
+
+    pub fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn annotate_template(mut self, key: &str, value: &str) -> Self {
+        self.template_annotations
+            .insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn auto(self) -> Self {
+        self.annotate("reloader.stakater.com/auto", "true")
+    }
+
+    /// Add a container (JSON of a core/v1 Container; `image` is filled in).
+    pub fn container(mut self, mut container: Value) -> Self {
+        container["image"] = json!("registry.invalid/app:1");
+        self.containers.push(container);
+        self
+    }
+
+    pub fn init_container(mut self, mut container: Value) -> Self {
+        container["image"] = json!("registry.invalid/init:1");
+        self.init_containers.push(container);
+        self
+    }
+
+    pub fn volume(mut self, volume: Value) -> Self {
+        self.volumes.push(volume);
+        self
+    }
+
+    /// One container `app` taking every key of ConfigMap `cm` as env vars.
+    pub fn env_from_configmap(self, cm: &str) -> Self {
+        self.container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": cm } }] }))
+    }
+
+    pub fn to_json(&self) -> Value {
+        let labels = json!({ "app": self.name });
+        let template = json!({
+            "metadata": { "labels": labels, "annotations": self.template_annotations },
+            "spec": { "containers": self.containers, "initContainers": self.init_containers, "volumes": self.volumes }
+        });
+        let mut spec = json!({ "selector": { "matchLabels": labels }, "template": template });
+        match self.kind {
+            Kind::Deployment => spec["replicas"] = json!(1),
+            Kind::StatefulSet => {
+                spec["replicas"] = json!(1);
+                spec["serviceName"] = json!(self.name);
+            }
+            Kind::DaemonSet => {}
+        }
+        let (api_version, kind) = match self.kind {
+            Kind::Deployment => ("apps/v1", "Deployment"),
+            Kind::DaemonSet => ("apps/v1", "DaemonSet"),
+            Kind::StatefulSet => ("apps/v1", "StatefulSet"),
+        };
+        json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": { "name": self.name, "annotations": self.annotations },
+            "spec": spec
+        })
+    }
+
+    pub async fn create(&self, client: &Client, ns: &str) {
+        let object: DynamicObject = serde_json::from_value(self.to_json()).expect("workload JSON");
+        self.kind
+            .api(client, ns)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create {:?} {}: {e}", self.kind, self.name));
+    }
+}
+
+pub async fn create_configmap(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "data": data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()
+    }))
+    .expect("configmap JSON");
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap_or_else(|e| panic!("create configmap {name}: {e}"));
+}
+
+/// Merge-patch a ConfigMap (data, labels, annotations...).
+pub async fn patch_configmap(client: &Client, ns: &str, name: &str, patch: Value) {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch configmap {name}: {e}"));
+}
+
+pub async fn create_secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "stringData": data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()
+    }))
+    .expect("secret JSON");
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("create secret {name}: {e}"));
+}
+
+pub async fn patch_secret(client: &Client, ns: &str, name: &str, patch: Value) {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch secret {name}: {e}"));
+}
+
+/// Reloader's hash of ConfigMap data, as the workload should record it.
+pub fn cm_hash(data: &[(&str, &str)]) -> String {
+    let map = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    DataHash::of_configmap(&map, &BTreeMap::new()).to_string()
+}
+
+pub fn secret_hash(data: &[(&str, &str)]) -> String {
+    let map = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    DataHash::of_secret(&map).to_string()
+}
+
+/// What a workload records for a resource, per strategy: the `STAKATER_*` env var value (and
+/// the container holding it), or the hash in `last-reloaded-from` when it names the resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub hash: String,
+    pub container: String,
+}
+
+pub async fn workload_json(client: &Client, ns: &str, kind: Kind, name: &str) -> Value {
+    let object = kind
+        .api(client, ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get {kind:?} {name}: {e}"));
+    serde_json::to_value(object).expect("object to JSON")
+}
+
+pub async fn recorded_env(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+    rkind: ResourceKind,
+    rname: &str,
+) -> Option<Recorded> {
+    let w = workload_json(client, ns, kind, name).await;
+    let var = env_var_name(rname, rkind);
+    let containers = w["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    containers.iter().find_map(|c| {
+        let env = c["env"].as_array()?;
+        let value = env.iter().find(|e| e["name"] == var.as_str())?["value"]
+            .as_str()?
+            .to_string();
+        Some(Recorded {
+            hash: value,
+            container: c["name"].as_str().unwrap_or_default().to_string(),
+        })
+    })
+}
+
+pub async fn recorded_annotation(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+) -> Option<Value> {
+    let w = workload_json(client, ns, kind, name).await;
+    let text = w["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
+        .as_str()?
+        .to_string();
+    serde_json::from_str(&text).ok()
+}
+
+/// The pod template's generation-visible state: `metadata.generation` of the workload.
+pub async fn generation(client: &Client, ns: &str, kind: Kind, name: &str) -> i64 {
+    workload_json(client, ns, kind, name).await["metadata"]["generation"]
+        .as_i64()
+        .unwrap_or(0)
+}

@@ -1,0 +1,131 @@
+//! One test scenario: a fresh namespace, a controller scoped to it, and checks of what the
+//! controller recorded on workloads, for either strategy.
+
+use std::future::Future;
+
+use kube::Client;
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind;
+
+use super::controller::Controller;
+use super::fixtures::{Kind, recorded_annotation, recorded_env};
+use super::{wait_for, with_temp_ns};
+
+/// What a scenario body gets.
+#[derive(Clone)]
+pub struct Ctx {
+    pub client: Client,
+    pub ns: String,
+    pub strategy: Strategy,
+}
+
+/// Run `body` in a new namespace with a controller started with `--namespaces=<ns>`, the
+/// strategy, and `args`. The controller is stopped gracefully afterwards.
+pub async fn scenario<F, Fut>(name: &str, strategy: Strategy, args: &[&str], body: F)
+where
+    F: FnOnce(Ctx, Controller) -> Fut,
+    Fut: Future<Output = Controller>,
+{
+    let test = format!(
+        "{name}-{}",
+        match strategy {
+            Strategy::EnvVars => "env",
+            Strategy::Annotations => "ann",
+        }
+    );
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    with_temp_ns(&test, |client, ns| async move {
+        let mut all = vec![
+            format!("--namespaces={ns}"),
+            format!("--reload-strategy={strategy}"),
+        ];
+        all.extend(args);
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        let controller = Controller::start(&ns, &ns, &refs).await;
+        let ctx = Ctx {
+            client,
+            ns,
+            strategy,
+        };
+        let controller = body(ctx, controller).await;
+        controller.stop().await;
+    })
+    .await;
+}
+
+impl Ctx {
+    /// The hash the workload records for the resource, under this scenario's strategy.
+    pub async fn recorded(
+        &self,
+        kind: Kind,
+        workload: &str,
+        rkind: ResourceKind,
+        rname: &str,
+    ) -> Option<String> {
+        match self.strategy {
+            Strategy::EnvVars => recorded_env(&self.client, &self.ns, kind, workload, rkind, rname)
+                .await
+                .map(|r| r.hash),
+            Strategy::Annotations => {
+                let source = recorded_annotation(&self.client, &self.ns, kind, workload).await?;
+                (source["type"] == rkind.type_suffix() && source["name"] == rname)
+                    .then(|| source["hash"].as_str().unwrap_or_default().to_string())
+            }
+        }
+    }
+
+    /// Wait until the workload records `hash` for the resource.
+    pub async fn wait_reloaded(
+        &self,
+        kind: Kind,
+        workload: &str,
+        rkind: ResourceKind,
+        rname: &str,
+        hash: &str,
+    ) {
+        let what = format!(
+            "{kind:?} {workload} to record {} {rname} = {hash}",
+            rkind.kind()
+        );
+        wait_for(&what, || async {
+            (self.recorded(kind, workload, rkind, rname).await.as_deref() == Some(hash))
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Assert the workload does not record `hash` for the resource (call after a sentinel
+    /// proved the controller has processed the change).
+    pub async fn assert_not_reloaded(
+        &self,
+        kind: Kind,
+        workload: &str,
+        rkind: ResourceKind,
+        rname: &str,
+        hash: &str,
+    ) {
+        let recorded = self.recorded(kind, workload, rkind, rname).await;
+        assert_ne!(
+            recorded.as_deref(),
+            Some(hash),
+            "{kind:?} {workload} must not have been reloaded for {} {rname}",
+            rkind.kind()
+        );
+    }
+}
+
+/// Wait until the controller's store holds at least these many workloads, so that changes
+/// made next are matched against them.
+pub async fn wait_stored(controller: &Controller, workloads: usize) {
+    wait_for(
+        &format!("the controller to store {workloads} workloads"),
+        || async {
+            (controller
+                .metric("reloader_store_objects{kind=\"workloads\"}")
+                .await
+                >= workloads as f64)
+                .then_some(())
+        },
+    )
+    .await;
+}
