@@ -38,11 +38,7 @@ pub struct Args {
     #[arg(long, env = "SYNC_AFTER_RESTART", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub sync_after_restart: bool,
     /// Argo Rollouts support (only the exact value "true" enables it).
-    #[arg(
-        long = "is-Argo-Rollouts",
-        env = "IS_ARGO_ROLLOUTS",
-        default_value = "false"
-    )]
+    #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false")]
     pub is_argo_rollouts: String,
     /// OpenShift DeploymentConfig support: true, false, or empty/auto to detect.
     #[arg(long, env = "IS_OPENSHIFT", default_value = "")]
@@ -81,23 +77,11 @@ pub struct Args {
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
-    #[arg(
-        long,
-        env = "AUTO_ANNOTATION",
-        default_value = "reloader.stakater.com/auto"
-    )]
+    #[arg(long, env = "AUTO_ANNOTATION", default_value = "reloader.stakater.com/auto")]
     pub auto_annotation: String,
-    #[arg(
-        long,
-        env = "CONFIGMAP_AUTO_ANNOTATION",
-        default_value = "configmap.reloader.stakater.com/auto"
-    )]
+    #[arg(long, env = "CONFIGMAP_AUTO_ANNOTATION", default_value = "configmap.reloader.stakater.com/auto")]
     pub configmap_auto_annotation: String,
-    #[arg(
-        long,
-        env = "SECRET_AUTO_ANNOTATION",
-        default_value = "secret.reloader.stakater.com/auto"
-    )]
+    #[arg(long, env = "SECRET_AUTO_ANNOTATION", default_value = "secret.reloader.stakater.com/auto")]
     pub secret_auto_annotation: String,
     #[arg(
         long,
@@ -105,17 +89,9 @@ pub struct Args {
         default_value = "secretproviderclass.reloader.stakater.com/auto"
     )]
     pub secretproviderclass_auto_annotation: String,
-    #[arg(
-        long,
-        env = "CONFIGMAP_ANNOTATION",
-        default_value = "configmap.reloader.stakater.com/reload"
-    )]
+    #[arg(long, env = "CONFIGMAP_ANNOTATION", default_value = "configmap.reloader.stakater.com/reload")]
     pub configmap_annotation: String,
-    #[arg(
-        long,
-        env = "SECRET_ANNOTATION",
-        default_value = "secret.reloader.stakater.com/reload"
-    )]
+    #[arg(long, env = "SECRET_ANNOTATION", default_value = "secret.reloader.stakater.com/reload")]
     pub secret_annotation: String,
     #[arg(
         long,
@@ -129,11 +105,7 @@ pub struct Args {
         default_value = "configmaps.exclude.reloader.stakater.com/reload"
     )]
     pub configmap_exclude_annotation: String,
-    #[arg(
-        long,
-        env = "SECRET_EXCLUDE_ANNOTATION",
-        default_value = "secrets.exclude.reloader.stakater.com/reload"
-    )]
+    #[arg(long, env = "SECRET_EXCLUDE_ANNOTATION", default_value = "secrets.exclude.reloader.stakater.com/reload")]
     pub secret_exclude_annotation: String,
     #[arg(
         long,
@@ -141,29 +113,13 @@ pub struct Args {
         default_value = "secretproviderclasses.exclude.reloader.stakater.com/reload"
     )]
     pub secretproviderclass_exclude_annotation: String,
-    #[arg(
-        long,
-        env = "AUTO_SEARCH_ANNOTATION",
-        default_value = "reloader.stakater.com/search"
-    )]
+    #[arg(long, env = "AUTO_SEARCH_ANNOTATION", default_value = "reloader.stakater.com/search")]
     pub auto_search_annotation: String,
-    #[arg(
-        long,
-        env = "SEARCH_MATCH_ANNOTATION",
-        default_value = "reloader.stakater.com/match"
-    )]
+    #[arg(long, env = "SEARCH_MATCH_ANNOTATION", default_value = "reloader.stakater.com/match")]
     pub search_match_annotation: String,
-    #[arg(
-        long,
-        env = "IGNORE_ANNOTATION",
-        default_value = "reloader.stakater.com/ignore"
-    )]
+    #[arg(long, env = "IGNORE_ANNOTATION", default_value = "reloader.stakater.com/ignore")]
     pub ignore_annotation: String,
-    #[arg(
-        long,
-        env = "PAUSE_DEPLOYMENT_ANNOTATION",
-        default_value = "deployment.reloader.stakater.com/pause-period"
-    )]
+    #[arg(long, env = "PAUSE_DEPLOYMENT_ANNOTATION", default_value = "deployment.reloader.stakater.com/pause-period")]
     pub pause_deployment_annotation: String,
     #[arg(
         long,
@@ -178,11 +134,7 @@ pub struct Args {
     #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
     pub pprof_addr: String,
 
-    #[arg(
-        long,
-        env = "LEADER_ELECTION_ID",
-        default_value = "stakater-reloader-lock"
-    )]
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "stakater-reloader-lock")]
     pub leader_election_id: String,
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
@@ -216,11 +168,7 @@ pub struct Args {
     pub alert_structured: bool,
 
     /// Name of the ConfigMap holding the checkpoint of acted-on hashes.
-    #[arg(
-        long,
-        env = "CHECKPOINT_NAME",
-        default_value = "reloader-fleet-checkpoint"
-    )]
+    #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint")]
     pub checkpoint_name: String,
 }
 
@@ -234,9 +182,7 @@ pub fn parse() -> anyhow::Result<Args> {
     };
     let file_args = file_args(path)?;
     let program = cli.remove(0);
-    let merged = std::iter::once(program)
-        .chain(file_args.into_iter().map(OsString::from))
-        .chain(cli);
+    let merged = std::iter::once(program).chain(file_args.into_iter().map(OsString::from)).chain(cli);
     Args::try_parse_from(merged).with_context(|| format!("invalid value in config file {path}"))
 }
 
@@ -270,9 +216,7 @@ fn go_bool(value: &str) -> Result<bool, String> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!(
-            "{other:?} is not a boolean (expected true or false)"
-        )),
+        other => Err(format!("{other:?} is not a boolean (expected true or false)")),
     }
 }
 
@@ -289,14 +233,10 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
         return Err(invalid());
     }
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(invalid)?;
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(invalid)?;
         let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
         rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let seconds = match &rest[..unit_len] {
             "h" => 3600.0,
             "m" => 60.0,
@@ -314,13 +254,8 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
 
 /// `:9090` (Go style, all interfaces) or `host:port`.
 fn parse_addr(value: &str) -> Result<SocketAddr, String> {
-    let full = if value.starts_with(':') {
-        format!("0.0.0.0{value}")
-    } else {
-        value.to_string()
-    };
-    full.parse()
-        .map_err(|e| format!("{value:?} is not an address like :9090 or 127.0.0.1:9090 ({e})"))
+    let full = if value.starts_with(':') { format!("0.0.0.0{value}") } else { value.to_string() };
+    full.parse().map_err(|e| format!("{value:?} is not an address like :9090 or 127.0.0.1:9090 ({e})"))
 }
 
 /// The validated, typed configuration derived from the flags.
@@ -339,30 +274,17 @@ impl Args {
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let mut ignore_configmaps = false;
         let mut ignore_secrets = false;
-        for r in self
-            .resources_to_ignore
-            .iter()
-            .map(|r| r.trim().to_ascii_lowercase())
-            .filter(|r| !r.is_empty())
-        {
+        for r in self.resources_to_ignore.iter().map(|r| r.trim().to_ascii_lowercase()).filter(|r| !r.is_empty()) {
             match r.as_str() {
                 "configmaps" => ignore_configmaps = true,
                 "secrets" => ignore_secrets = true,
-                other => bail!(
-                    "invalid --resources-to-ignore value {other:?}: expected configmaps or secrets"
-                ),
+                other => bail!("invalid --resources-to-ignore value {other:?}: expected configmaps or secrets"),
             }
         }
         if ignore_configmaps && ignore_secrets {
-            bail!(
-                "--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched"
-            );
+            bail!("--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched");
         }
-        for kind in self
-            .ignored_workload_types
-            .iter()
-            .map(|k| k.trim().to_ascii_lowercase())
-            .filter(|k| !k.is_empty())
+        for kind in self.ignored_workload_types.iter().map(|k| k.trim().to_ascii_lowercase()).filter(|k| !k.is_empty())
         {
             const KNOWN: [&str; 14] = [
                 "jobs",
@@ -387,10 +309,7 @@ impl Args {
             }
         }
         if !matches!(self.log_format.as_str(), "" | "json") {
-            bail!(
-                "invalid --log-format {:?}: expected json or empty",
-                self.log_format
-            );
+            bail!("invalid --log-format {:?}: expected json or empty", self.log_format);
         }
         if self.leader_election_lease_duration < Duration::from_secs(1)
             || self.leader_election_renew_deadline >= self.leader_election_lease_duration
@@ -401,43 +320,24 @@ impl Args {
             );
         }
 
-        let kubernetes_namespace = std::env::var("KUBERNETES_NAMESPACE")
-            .ok()
-            .filter(|n| !n.is_empty());
-        let listed: Vec<String> = self
-            .namespaces
-            .iter()
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        let scoped: Option<Vec<String>> = if !listed.is_empty() {
-            Some(listed)
-        } else {
-            kubernetes_namespace.map(|n| vec![n])
-        };
+        let kubernetes_namespace = std::env::var("KUBERNETES_NAMESPACE").ok().filter(|n| !n.is_empty());
+        let listed: Vec<String> =
+            self.namespaces.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+        let scoped: Option<Vec<String>> =
+            if !listed.is_empty() { Some(listed) } else { kubernetes_namespace.map(|n| vec![n]) };
         if let Some(list) = &scoped {
             for ns in list {
                 if !is_dns_label(ns) {
-                    bail!(
-                        "invalid namespace {ns:?} in --namespaces / KUBERNETES_NAMESPACE: must be a DNS-1123 label"
-                    );
+                    bail!("invalid namespace {ns:?} in --namespaces / KUBERNETES_NAMESPACE: must be a DNS-1123 label");
                 }
             }
         }
-        let selector = LabelSelector::parse_all(&self.namespace_selector)
-            .context("invalid --namespace-selector")?;
-        let resource_label_selector = LabelSelector::parse_all(&self.resource_label_selector)
-            .context("invalid --resource-label-selector")?;
+        let selector = LabelSelector::parse_all(&self.namespace_selector).context("invalid --namespace-selector")?;
+        let resource_label_selector =
+            LabelSelector::parse_all(&self.resource_label_selector).context("invalid --resource-label-selector")?;
         let filter = NamespaceFilter {
-            only: scoped
-                .as_ref()
-                .map(|l| l.iter().cloned().collect::<BTreeSet<_>>()),
-            ignored: self
-                .namespaces_to_ignore
-                .iter()
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty())
-                .collect(),
+            only: scoped.as_ref().map(|l| l.iter().cloned().collect::<BTreeSet<_>>()),
+            ignored: self.namespaces_to_ignore.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect(),
             // Reloader honours the selector only in cluster-wide mode.
             selector: if scoped.is_some() { None } else { selector },
         };
@@ -475,9 +375,7 @@ fn is_dns_label(name: &str) -> bool {
         && name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 #[cfg(test)]
@@ -485,24 +383,15 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> Args {
-        Args::try_parse_from(std::iter::once("reloader").chain(extra.iter().copied()))
-            .expect("valid flags")
+        Args::try_parse_from(std::iter::once("reloader").chain(extra.iter().copied())).expect("valid flags")
     }
 
     #[test]
     fn v1_spellings_and_string_typed_flags_parse() {
-        let a = args(&[
-            "--is-Argo-Rollouts=true",
-            "--reload-on-create=true",
-            "--reload-on-delete",
-            "yes",
-        ]);
+        let a = args(&["--is-Argo-Rollouts=true", "--reload-on-create=true", "--reload-on-delete", "yes"]);
         assert_eq!(a.is_argo_rollouts, "true");
         assert_eq!(a.reload_on_create, "true");
-        assert_eq!(
-            a.reload_on_delete, "yes",
-            "string flags keep any value; only \"true\" enables"
-        );
+        assert_eq!(a.reload_on_delete, "yes", "string flags keep any value; only \"true\" enables");
     }
 
     #[test]
@@ -523,12 +412,7 @@ mod tests {
     fn set_selectors_survive_comma_splitting() {
         let a = args(&["--namespace-selector=env in (prod,qa),team=x"]);
         let s = a.settings().expect("valid").filter.selector.expect("set");
-        let labels = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         assert!(s.matches(&labels(&[("env", "qa"), ("team", "x")])));
         assert!(!s.matches(&labels(&[("env", "dev"), ("team", "x")])));
     }
@@ -536,36 +420,23 @@ mod tests {
     #[test]
     fn invalid_values_name_the_flag() {
         let bad = |flags: &[&str], needle: &str| {
-            let err = args(flags)
-                .settings()
-                .err()
-                .map(|e| format!("{e:#}"))
-                .unwrap_or_default();
+            let err = args(flags).settings().err().map(|e| format!("{e:#}")).unwrap_or_default();
             assert!(err.contains(needle), "{flags:?}: {err}");
         };
-        bad(
-            &["--resources-to-ignore=configmaps,secrets"],
-            "--resources-to-ignore",
-        );
+        bad(&["--resources-to-ignore=configmaps,secrets"], "--resources-to-ignore");
         bad(&["--resources-to-ignore=pods"], "--resources-to-ignore");
-        bad(
-            &["--ignored-workload-types=pods"],
-            "--ignored-workload-types",
-        );
+        bad(&["--ignored-workload-types=pods"], "--ignored-workload-types");
         bad(&["--namespace-selector=team in x"], "--namespace-selector");
         bad(&["--log-format=xml"], "--log-format");
         bad(&["--namespaces=Bad_NS"], "DNS-1123");
         bad(&["--leader-election-renew-deadline=20s"], "leader election");
-        let strategy =
-            Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");
+        let strategy = Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");
         assert!(strategy.to_string().contains("env-vars, annotations"));
     }
 
     #[test]
     fn resources_to_ignore_is_case_insensitive() {
-        let s = args(&["--resources-to-ignore=ConfigMaps"])
-            .settings()
-            .expect("valid");
+        let s = args(&["--resources-to-ignore=ConfigMaps"]).settings().expect("valid");
         assert!(!s.watch_configmaps && s.watch_secrets);
     }
 
@@ -579,9 +450,7 @@ mod tests {
 
     #[test]
     fn annotation_overrides_reach_the_keys() {
-        let s = args(&["--auto-annotation=example.com/auto"])
-            .settings()
-            .expect("valid");
+        let s = args(&["--auto-annotation=example.com/auto"]).settings().expect("valid");
         assert_eq!(s.keys.auto, "example.com/auto");
     }
 }

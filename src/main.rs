@@ -77,33 +77,19 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(&log_format, &log_level)?;
 
     let pod_name = std::env::var("POD_NAME").ok().filter(|v| !v.is_empty());
-    let pod_namespace = std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|v| !v.is_empty());
+    let pod_namespace = std::env::var("POD_NAMESPACE").ok().filter(|v| !v.is_empty());
     if enable_ha && (pod_name.is_none() || pod_namespace.is_none()) {
         bail!("--enable-ha needs the POD_NAME and POD_NAMESPACE environment variables");
     }
     for (enabled, what) in [
-        (
-            is_argo_rollouts == "true",
-            "--is-Argo-Rollouts (Argo Rollouts)",
-        ),
-        (
-            enable_csi_integration,
-            "--enable-csi-integration (Secrets Store CSI)",
-        ),
+        (is_argo_rollouts == "true", "--is-Argo-Rollouts (Argo Rollouts)"),
+        (enable_csi_integration, "--enable-csi-integration (Secrets Store CSI)"),
         (!webhook_url.is_empty(), "--webhook-url (webhook-only mode)"),
-        (
-            alert_on_reload || !alert_webhook_url.is_empty(),
-            "alerts (ALERT_*)",
-        ),
+        (alert_on_reload || !alert_webhook_url.is_empty(), "alerts (ALERT_*)"),
         (enable_pprof, "--enable-pprof"),
     ] {
         if enabled {
-            warn!(
-                feature = what,
-                "accepted but not supported by this version; ignoring it"
-            );
+            warn!(feature = what, "accepted but not supported by this version; ignoring it");
         }
     }
 
@@ -111,25 +97,17 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client from the kubeconfig or in-cluster config")?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("cannot reach the Kubernetes API server")?;
+    let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
 
     let state = admin::AdminState::default();
-    let watch_metrics =
-        watch::Metrics::register(&state.registry).context("registering watch metrics")?;
+    let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
     let by_namespace = std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
-    let reload_metrics = reload::Metrics::register(&state.registry, by_namespace)
-        .context("registering reload metrics")?;
+    let reload_metrics =
+        reload::Metrics::register(&state.registry, by_namespace).context("registering reload metrics")?;
 
     let keys = settings.keys.clone();
-    let compactor = watch::Compactor::new(
-        keys.workload_keys(),
-        keys.ignore.clone(),
-        keys.search_match.clone(),
-    );
+    let compactor = watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone());
     let (store, writer) = watch::Store::new(keys.explicit_keys());
     let watch_config = watch::Config {
         namespaces: settings.scoped_namespaces.clone(),
@@ -141,17 +119,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let checkpoint_namespace = pod_namespace
         .clone()
-        .or_else(|| {
-            std::env::var("RELOADER_NAMESPACE")
-                .ok()
-                .filter(|v| !v.is_empty())
-        })
-        .or_else(|| {
-            settings
-                .scoped_namespaces
-                .as_ref()
-                .and_then(|l| l.first().cloned())
-        })
+        .or_else(|| std::env::var("RELOADER_NAMESPACE").ok().filter(|v| !v.is_empty()))
+        .or_else(|| settings.scoped_namespaces.as_ref().and_then(|l| l.first().cloned()))
         .unwrap_or_else(|| "default".to_string());
     let engine_config = reload::Config {
         strategy: reload_strategy,
@@ -162,10 +131,7 @@ async fn main() -> anyhow::Result<()> {
         sync_after_restart,
         checkpoint_namespace,
         checkpoint_name,
-        reporter: Reporter {
-            controller: "reloader".to_string(),
-            instance: pod_name,
-        },
+        reporter: Reporter { controller: "reloader".to_string(), instance: pod_name },
         compactor,
     };
 
@@ -182,28 +148,12 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut admin_task = tokio::spawn(admin::serve(metrics_addr, state.clone(), shutdown.clone()));
     let mut watch_task = tokio::spawn(
-        watch::run(
-            client.clone(),
-            watch_config,
-            writer,
-            watch_metrics,
-            changes_tx,
-            synced_tx,
-            shutdown.clone(),
-        )
-        .instrument(info_span!("watch")),
+        watch::run(client.clone(), watch_config, writer, watch_metrics, changes_tx, synced_tx, shutdown.clone())
+            .instrument(info_span!("watch")),
     );
     let mut engine_task = tokio::spawn(
-        reload::run(
-            client,
-            engine_config,
-            store,
-            reload_metrics,
-            changes_rx,
-            synced_rx,
-            shutdown.clone(),
-        )
-        .instrument(info_span!("reload")),
+        reload::run(client, engine_config, store, reload_metrics, changes_rx, synced_rx, shutdown.clone())
+            .instrument(info_span!("reload")),
     );
     info!(addr = %metrics_addr, "admin server listening");
 
@@ -218,11 +168,7 @@ async fn main() -> anyhow::Result<()> {
     shutdown.cancel();
     readiness.abort();
     // Let the engine finish its in-flight write and save its checkpoint.
-    if !engine_task.is_finished()
-        && tokio::time::timeout(SHUTDOWN_GRACE, &mut engine_task)
-            .await
-            .is_err()
-    {
+    if !engine_task.is_finished() && tokio::time::timeout(SHUTDOWN_GRACE, &mut engine_task).await.is_err() {
         warn!("the reload engine did not stop in time; the next start replays recent changes");
     }
     watch_task.abort();
@@ -261,9 +207,9 @@ fn init_tracing(format: &str, level: &str) -> anyhow::Result<()> {
         "info" => "info",
         "warning" | "warn" => "warn",
         "error" | "fatal" | "panic" => "error",
-        other => bail!(
-            "invalid --log-level {other:?}: expected one of trace, debug, info, warning, error, fatal, panic"
-        ),
+        other => {
+            bail!("invalid --log-level {other:?}: expected one of trace, debug, info, warning, error, fatal, panic")
+        }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},kube=warn")));

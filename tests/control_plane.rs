@@ -38,14 +38,8 @@ async fn configmap_and_deployment_round_trip_through_the_api_server() {
             "metadata": { "name": "settings" }, "data": { "greeting": "hello" }
         }))
         .expect("static configmap JSON");
-        let created = configmaps
-            .create(&PostParams::default(), &cm)
-            .await
-            .expect("create configmap");
-        deployments
-            .create(&PostParams::default(), &deployment("web", 1, "settings"))
-            .await
-            .expect("create deployment");
+        let created = configmaps.create(&PostParams::default(), &cm).await.expect("create configmap");
+        deployments.create(&PostParams::default(), &deployment("web", 1, "settings")).await.expect("create deployment");
 
         let patch = json!({ "data": { "greeting": "bonjour" } });
         let updated = configmaps
@@ -57,17 +51,8 @@ async fn configmap_and_deployment_round_trip_through_the_api_server() {
             "an update must produce a new resourceVersion"
         );
 
-        let read = configmaps
-            .get("settings")
-            .await
-            .expect("read configmap back");
-        assert_eq!(
-            read.data
-                .unwrap_or_default()
-                .get("greeting")
-                .map(String::as_str),
-            Some("bonjour")
-        );
+        let read = configmaps.get("settings").await.expect("read configmap back");
+        assert_eq!(read.data.unwrap_or_default().get("greeting").map(String::as_str), Some("bonjour"));
         let read = deployments.get("web").await.expect("read deployment back");
         assert_eq!(read.spec.and_then(|s| s.replicas), Some(1));
     })
@@ -78,12 +63,7 @@ async fn configmap_and_deployment_round_trip_through_the_api_server() {
 async fn deployment_pods_become_ready_and_a_template_change_makes_a_new_replicaset() {
     let client = support::client().await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let node_count = nodes
-        .list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-        .len();
+    let node_count = nodes.list(&ListParams::default()).await.expect("list nodes").items.len();
     assert!(
         node_count > 0,
         "no nodes: this test needs fake nodes; start the control plane with `hack/cluster up --nodes 2`"
@@ -116,10 +96,7 @@ async fn deployment_pods_become_ready_and_a_template_change_makes_a_new_replicas
         wait_for("2 Ready pods of the first ReplicaSet", ready(2)).await;
 
         let patch = json!({ "spec": { "template": { "metadata": { "annotations": { "changed": "1" } } } } });
-        deployments
-            .patch("web", &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-            .expect("patch pod template");
+        deployments.patch("web", &PatchParams::default(), &Patch::Strategic(&patch)).await.expect("patch pod template");
         wait_for("a second ReplicaSet", || {
             let replicasets = replicasets.clone();
             async move {

@@ -11,8 +11,8 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap, Secret};
 use serde_json::json;
 use support::fixtures::{
-    ALL_KINDS, Kind, Workload, cm_hash, create_configmap, create_secret, generation,
-    patch_configmap, patch_secret, recorded_env, secret_hash,
+    ALL_KINDS, Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret,
+    recorded_env, secret_hash,
 };
 use support::scenario::{scenario, wait_stored};
 
@@ -42,32 +42,12 @@ async fn every_workload_kind_reloads_on_configmap_and_secret_changes() {
             patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
             let cm = cm_hash(&[("mode", "b")]);
             for kind in ALL_KINDS {
-                ctx.wait_reloaded(
-                    kind,
-                    &format!("{kind:?}").to_lowercase(),
-                    ConfigMap,
-                    "app-config",
-                    &cm,
-                )
-                .await;
+                ctx.wait_reloaded(kind, &format!("{kind:?}").to_lowercase(), ConfigMap, "app-config", &cm).await;
             }
-            patch_secret(
-                c,
-                ns,
-                "app-secret",
-                json!({ "stringData": { "password": "b" } }),
-            )
-            .await;
+            patch_secret(c, ns, "app-secret", json!({ "stringData": { "password": "b" } })).await;
             let secret = secret_hash(&[("password", "b")]);
             for kind in ALL_KINDS {
-                ctx.wait_reloaded(
-                    kind,
-                    &format!("{kind:?}").to_lowercase(),
-                    Secret,
-                    "app-secret",
-                    &secret,
-                )
-                .await;
+                ctx.wait_reloaded(kind, &format!("{kind:?}").to_lowercase(), Secret, "app-secret", &secret).await;
             }
             controller
         })
@@ -99,28 +79,20 @@ async fn annotation_rules_decide_who_reloads_on_one_change() {
                     .container(json!({ "name": "first" })),
                 uses(d("search")).annotate("reloader.stakater.com/search", "true"),
                 uses(d("template-auto")).annotate_template("reloader.stakater.com/auto", "true"),
-                uses(d("auto-and-explicit"))
-                    .auto()
-                    .annotate("configmap.reloader.stakater.com/reload", "app-config"),
+                uses(d("auto-and-explicit")).auto().annotate("configmap.reloader.stakater.com/reload", "app-config"),
                 // Should not reload:
                 uses(d("secret-typed-auto")).annotate("secret.reloader.stakater.com/auto", "true"),
                 d("explicit-other")
                     .annotate("configmap.reloader.stakater.com/reload", "other")
                     .container(json!({ "name": "first" })),
-                uses(d("excluded")).auto().annotate(
-                    "configmaps.exclude.reloader.stakater.com/reload",
-                    "x, app-config",
-                ),
+                uses(d("excluded")).auto().annotate("configmaps.exclude.reloader.stakater.com/reload", "x, app-config"),
                 uses(d("auto-false")).annotate("reloader.stakater.com/auto", "false"),
                 uses(d("no-annotation")),
                 uses(d("metadata-blocks-template"))
                     .annotate("reloader.stakater.com/auto", "false")
                     .annotate_template("reloader.stakater.com/auto", "true"),
-                d("auto-without-reference")
-                    .auto()
-                    .container(json!({ "name": "first" })),
-                uses(d("template-secret-list"))
-                    .annotate_template("secret.reloader.stakater.com/reload", "app-config"),
+                d("auto-without-reference").auto().container(json!({ "name": "first" })),
+                uses(d("template-secret-list")).annotate_template("secret.reloader.stakater.com/reload", "app-config"),
             ];
             for w in &workloads {
                 w.create(c, ns).await;
@@ -129,16 +101,8 @@ async fn annotation_rules_decide_who_reloads_on_one_change() {
 
             patch_configmap(c, ns, "app-config", json!({ "data": { "v": "2" } })).await;
             let hash = cm_hash(&[("v", "2")]);
-            for name in [
-                "auto",
-                "typed-auto",
-                "explicit-regex",
-                "search",
-                "template-auto",
-                "auto-and-explicit",
-            ] {
-                ctx.wait_reloaded(Kind::Deployment, name, ConfigMap, "app-config", &hash)
-                    .await;
+            for name in ["auto", "typed-auto", "explicit-regex", "search", "template-auto", "auto-and-explicit"] {
+                ctx.wait_reloaded(Kind::Deployment, name, ConfigMap, "app-config", &hash).await;
             }
             for name in [
                 "secret-typed-auto",
@@ -150,8 +114,7 @@ async fn annotation_rules_decide_who_reloads_on_one_change() {
                 "auto-without-reference",
                 "template-secret-list",
             ] {
-                ctx.assert_not_reloaded(Kind::Deployment, name, ConfigMap, "app-config", &hash)
-                    .await;
+                ctx.assert_not_reloaded(Kind::Deployment, name, ConfigMap, "app-config", &hash).await;
             }
             controller
         })
@@ -217,7 +180,9 @@ async fn only_the_container_using_the_resource_records_it() {
         let mut many = Workload::new(Kind::Deployment, "twenty").auto();
         for i in 0..20 {
             many = if i == 13 {
-                many.container(json!({ "name": format!("c{i}"), "volumeMounts": [{ "name": "cfg", "mountPath": "/cfg" }] }))
+                many.container(
+                    json!({ "name": format!("c{i}"), "volumeMounts": [{ "name": "cfg", "mountPath": "/cfg" }] }),
+                )
             } else {
                 many.container(json!({ "name": format!("c{i}") }))
             };
@@ -265,15 +230,32 @@ async fn changes_that_are_not_data_changes_roll_nothing() {
             let before = generation(c, ns, Kind::Deployment, "web").await;
 
             // Labels and annotations are not data; `ignore` and search-without-match never reload.
-            patch_configmap(c, ns, "cm", json!({ "metadata": { "labels": { "new": "label" }, "annotations": { "x": "y" } } })).await;
-            patch_configmap(c, ns, "ignored", json!({ "metadata": { "annotations": { "reloader.stakater.com/ignore": "true" } } })).await;
+            patch_configmap(
+                c,
+                ns,
+                "cm",
+                json!({ "metadata": { "labels": { "new": "label" }, "annotations": { "x": "y" } } }),
+            )
+            .await;
+            patch_configmap(
+                c,
+                ns,
+                "ignored",
+                json!({ "metadata": { "annotations": { "reloader.stakater.com/ignore": "true" } } }),
+            )
+            .await;
             patch_configmap(c, ns, "ignored", json!({ "data": { "k": "2" } })).await;
             patch_configmap(c, ns, "no-match", json!({ "data": { "k": "2" } })).await;
             patch_configmap(c, ns, "sentinel", json!({ "data": { "k": "2" } })).await;
             ctx.wait_reloaded(Kind::Deployment, "canary", ConfigMap, "sentinel", &cm_hash(&[("k", "2")])).await;
 
-            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "a label-only change rolled the workload");
-            ctx.assert_not_reloaded(Kind::Deployment, "uses-ignored", ConfigMap, "ignored", &cm_hash(&[("k", "2")])).await;
+            assert_eq!(
+                generation(c, ns, Kind::Deployment, "web").await,
+                before,
+                "a label-only change rolled the workload"
+            );
+            ctx.assert_not_reloaded(Kind::Deployment, "uses-ignored", ConfigMap, "ignored", &cm_hash(&[("k", "2")]))
+                .await;
             ctx.assert_not_reloaded(Kind::Deployment, "searcher", ConfigMap, "no-match", &cm_hash(&[("k", "2")])).await;
             controller
         })

@@ -47,18 +47,9 @@ pub fn router(state: AdminState) -> Router {
 ///
 /// # Errors
 /// [`Error::Bind`] when the address cannot be bound, [`Error::Serve`] when serving fails.
-pub async fn serve(
-    addr: SocketAddr,
-    state: AdminState,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })?;
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(Error::Serve)
+pub async fn serve(addr: SocketAddr, state: AdminState, shutdown: CancellationToken) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(Error::Serve)
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
@@ -72,16 +63,10 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     let mut body = Vec::new();
     match TextEncoder::new().encode(&state.registry.gather(), &mut body) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-            body,
-        ),
-        Err(err) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain")],
-            err.to_string().into_bytes(),
-        ),
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body),
+        Err(err) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], err.to_string().into_bytes())
+        }
     }
 }
 
@@ -94,35 +79,23 @@ mod tests {
 
     async fn get(state: AdminState, path: &str) -> (StatusCode, String) {
         let response = router(state)
-            .oneshot(
-                Request::get(path)
-                    .body(Body::empty())
-                    .expect("static request is valid"),
-            )
+            .oneshot(Request::get(path).body(Body::empty()).expect("static request is valid"))
             .await
             .expect("router is infallible");
         let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .expect("body is in memory");
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body is in memory");
         (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
     #[tokio::test]
     async fn live_answers_alive_like_reloader() {
-        assert_eq!(
-            get(AdminState::default(), "/live").await,
-            (StatusCode::OK, "alive".into())
-        );
+        assert_eq!(get(AdminState::default(), "/live").await, (StatusCode::OK, "alive".into()));
     }
 
     #[tokio::test]
     async fn readyz_is_unavailable_until_marked_ready() {
         let state = AdminState::default();
-        assert_eq!(
-            get(state.clone(), "/readyz").await.0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(get(state.clone(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         state.ready.store(true, Ordering::Release);
         assert_eq!(get(state, "/readyz").await.0, StatusCode::OK);
     }
@@ -130,12 +103,8 @@ mod tests {
     #[tokio::test]
     async fn metrics_exposes_registered_series() {
         let state = AdminState::default();
-        let counter =
-            prometheus::IntCounter::new("reloader_test_total", "test").expect("valid name");
-        state
-            .registry
-            .register(Box::new(counter.clone()))
-            .expect("first registration");
+        let counter = prometheus::IntCounter::new("reloader_test_total", "test").expect("valid name");
+        state.registry.register(Box::new(counter.clone())).expect("first registration");
         counter.inc();
         let (status, body) = get(state, "/metrics").await;
         assert_eq!(status, StatusCode::OK);

@@ -68,23 +68,13 @@ impl Checkpoint {
     }
 
     fn api_error(&self, source: kube::Error) -> Error {
-        Error::Api {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            source,
-        }
+        Error::Api { namespace: self.namespace.clone(), name: self.name.clone(), source }
     }
 
-    async fn timed<T>(
-        &self,
-        call: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, Error> {
+    async fn timed<T>(&self, call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, Error> {
         match tokio::time::timeout(API_TIMEOUT, call).await {
             Ok(result) => result.map_err(|e| self.api_error(e)),
-            Err(_) => Err(Error::Timeout {
-                namespace: self.namespace.clone(),
-                name: self.name.clone(),
-            }),
+            Err(_) => Err(Error::Timeout { namespace: self.namespace.clone(), name: self.name.clone() }),
         }
     }
 
@@ -98,12 +88,7 @@ impl Checkpoint {
             return Ok(None);
         };
         self.resource_version = cm.metadata.resource_version.clone();
-        let text = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get(DATA_KEY))
-            .map(String::as_str)
-            .unwrap_or("");
+        let text = cm.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(String::as_str).unwrap_or("");
         Ok(Some(parse(text)))
     }
 
@@ -122,10 +107,7 @@ impl Checkpoint {
                     namespace: Some(self.namespace.clone()),
                     resource_version: self.resource_version.clone(),
                     labels: Some(BTreeMap::from([
-                        (
-                            "app.kubernetes.io/managed-by".to_string(),
-                            "reloader-fleet".to_string(),
-                        ),
+                        ("app.kubernetes.io/managed-by".to_string(), "reloader-fleet".to_string()),
                         (INTERNAL_LABEL.to_string(), "checkpoint".to_string()),
                     ])),
                     ..ObjectMeta::default()
@@ -134,34 +116,22 @@ impl Checkpoint {
                 ..ConfigMap::default()
             };
             let result = match &self.resource_version {
-                None => {
-                    self.timed(self.api.create(&PostParams::default(), &cm))
-                        .await
-                }
-                Some(_) => {
-                    self.timed(self.api.replace(&self.name, &PostParams::default(), &cm))
-                        .await
-                }
+                None => self.timed(self.api.create(&PostParams::default(), &cm)).await,
+                Some(_) => self.timed(self.api.replace(&self.name, &PostParams::default(), &cm)).await,
             };
             match result {
                 Ok(written) => {
                     self.resource_version = written.metadata.resource_version;
                     return Ok(());
                 }
-                Err(Error::Api {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 409 => {
+                Err(Error::Api { source: kube::Error::Api(status), .. }) if status.code == 409 => {
                     let current = self.timed(self.api.get_opt(&self.name)).await?;
                     self.resource_version = current.and_then(|c| c.metadata.resource_version);
                 }
                 Err(err) => return Err(err),
             }
         }
-        Err(Error::Timeout {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        })
+        Err(Error::Timeout { namespace: self.namespace.clone(), name: self.name.clone() })
     }
 }
 
@@ -174,17 +144,8 @@ fn kind_letter(kind: ResourceKind) -> char {
 }
 
 fn render(entries: &HashMap<ResourceKey, ShortHash>) -> String {
-    let mut lines: Vec<String> = entries
-        .iter()
-        .map(|(k, h)| {
-            format!(
-                "{} {} {} {h:016x}",
-                kind_letter(k.kind),
-                k.namespace,
-                k.name
-            )
-        })
-        .collect();
+    let mut lines: Vec<String> =
+        entries.iter().map(|(k, h)| format!("{} {} {} {h:016x}", kind_letter(k.kind), k.namespace, k.name)).collect();
     lines.sort_unstable();
     lines.join("\n")
 }
@@ -203,14 +164,7 @@ fn parse(text: &str) -> HashMap<ResourceKey, ShortHash> {
             let namespace: Arc<str> = parts.next()?.into();
             let name: Arc<str> = parts.next()?.into();
             let hash = u64::from_str_radix(parts.next()?, 16).ok()?;
-            Some((
-                ResourceKey {
-                    kind,
-                    namespace,
-                    name,
-                },
-                hash,
-            ))
+            Some((ResourceKey { kind, namespace, name }, hash))
         })
         .collect()
 }
@@ -223,21 +177,10 @@ mod tests {
     fn entries_round_trip_through_the_text_form() {
         let mut entries = HashMap::new();
         entries.insert(
-            ResourceKey {
-                kind: ResourceKind::ConfigMap,
-                namespace: "a".into(),
-                name: "my.cfg".into(),
-            },
+            ResourceKey { kind: ResourceKind::ConfigMap, namespace: "a".into(), name: "my.cfg".into() },
             short(&DataHash::of_bytes(b"x")),
         );
-        entries.insert(
-            ResourceKey {
-                kind: ResourceKind::Secret,
-                namespace: "b".into(),
-                name: "s".into(),
-            },
-            0,
-        );
+        entries.insert(ResourceKey { kind: ResourceKind::Secret, namespace: "b".into(), name: "s".into() }, 0);
         assert_eq!(parse(&render(&entries)), entries);
     }
 

@@ -28,8 +28,8 @@ use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
 use crate::reload::{Keys, Metrics, Mode, Options, decide, target_container};
 use crate::watch::{
-    Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store,
-    Workload, WorkloadKey, WorkloadKind,
+    Cause, Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store, Workload,
+    WorkloadKey, WorkloadKind,
 };
 
 /// Field manager of every write, as Reloader's.
@@ -98,11 +98,7 @@ pub async fn run(
         () = shutdown.cancelled() => return Ok(()),
         res = synced.wait_for(|s| *s) => { res.map_err(|_| Error::WatchGone)?; }
     }
-    let mut checkpoint = Checkpoint::new(
-        client.clone(),
-        &config.checkpoint_namespace,
-        &config.checkpoint_name,
-    );
+    let mut checkpoint = Checkpoint::new(client.clone(), &config.checkpoint_namespace, &config.checkpoint_name);
     let loaded = checkpoint.load().await.map_err(Error::LoadCheckpoint)?;
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
     let mut engine = Engine {
@@ -119,10 +115,7 @@ pub async fn run(
         attempts: HashMap::new(),
     };
     let initial = engine.initial_work(loaded);
-    info!(
-        changes = initial.len(),
-        "reconciling the store against the checkpoint"
-    );
+    info!(changes = initial.len(), "reconciling the store against the checkpoint");
     let mut dirty = true;
     for (change, forced) in initial {
         engine.handle(change, forced).await;
@@ -143,7 +136,7 @@ pub async fn run(
                 engine.metrics.retries.inc();
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
-                dirty |= engine.handle(Change { key, observed }, None).await;
+                dirty |= engine.handle(Change { key, observed, cause: Cause::Event }, None).await;
             }
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
                 save_at = None;
@@ -187,10 +180,7 @@ struct Engine {
 impl Engine {
     /// Compare the synced store with the checkpoint: what changed while nobody watched?
     /// Returns the keys to process, each with the transition to force (if any).
-    fn initial_work(
-        &mut self,
-        loaded: Option<HashMap<ResourceKey, ShortHash>>,
-    ) -> Vec<(Change, Option<Transition>)> {
+    fn initial_work(&mut self, loaded: Option<HashMap<ResourceKey, ShortHash>>) -> Vec<(Change, Option<Transition>)> {
         let first_start = loaded.is_none();
         let loaded = loaded.unwrap_or_default();
         let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
@@ -198,10 +188,7 @@ impl Engine {
         let current = self.store.resources();
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
-            let change = Change {
-                key: key.clone(),
-                observed: Some(state.hash),
-            };
+            let change = Change { key: key.clone(), observed: Some(state.hash), cause: Cause::Event };
             match loaded.get(key) {
                 _ if replay_all => work.push((change, Some(Transition::Created))),
                 Some(last) if *last == short(&state.hash) => {
@@ -221,13 +208,7 @@ impl Engine {
         for (key, last) in loaded {
             if !present.contains(&key) {
                 self.acted.insert(key.clone(), last);
-                work.push((
-                    Change {
-                        key,
-                        observed: None,
-                    },
-                    None,
-                ));
+                work.push((Change { key, observed: None, cause: Cause::Event }, None));
             }
         }
         work.sort_by(|a, b| a.0.key.cmp(&b.0.key));
@@ -248,10 +229,7 @@ impl Engine {
         };
         let elapsed = started.elapsed().as_secs_f64();
         self.metrics.reconcile.with_label_values(&[result]).inc();
-        self.metrics
-            .reconcile_duration
-            .with_label_values(&[result])
-            .observe(elapsed);
+        self.metrics.reconcile_duration.with_label_values(&[result]).observe(elapsed);
         match outcome {
             Outcome::Failed => self.schedule_retry(key.clone()),
             Outcome::Done => {
@@ -289,13 +267,15 @@ impl Engine {
         let transition = match (forced, last, change.observed) {
             (Some(t), _, _) => t,
             (None, Some(last), Some(seen)) if last == short(&seen) => {
-                self.metrics
-                    .skipped
-                    .with_label_values(&["no_data_change"])
-                    .inc();
+                self.metrics.skipped.with_label_values(&["no_data_change"]).inc();
                 return Outcome::Skipped;
             }
             (None, Some(_), Some(_)) => Transition::Updated,
+            (None, None, Some(seen)) if change.cause == Cause::Listed => {
+                // New to this replica, not new to the cluster: the baseline.
+                self.acted.insert(key.clone(), short(&seen));
+                return Outcome::Skipped;
+            }
             (None, None, Some(_)) => Transition::Created,
             (None, Some(_), None) => Transition::Deleted,
             (None, None, None) => return Outcome::Skipped,
@@ -353,11 +333,7 @@ impl Engine {
         }
         info!(?transition, workloads = wrote, hash = %state.hash, "change handled");
         self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
-        if wrote > 0 {
-            Outcome::Done
-        } else {
-            Outcome::Skipped
-        }
+        if wrote > 0 { Outcome::Done } else { Outcome::Skipped }
     }
 
     fn record_acted(&mut self, key: &ResourceKey, hash: Option<ShortHash>) {
@@ -399,55 +375,31 @@ impl Engine {
             self.report_problems(workload, &verdict.problems).await;
         }
         let Some(mode) = verdict.mode else {
-            self.metrics
-                .skipped
-                .with_label_values(&["ignored_or_not_selected"])
-                .inc();
+            self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc();
             return WriteResult::NotNeeded;
         };
-        let Some(container) = target_container(&workload.template, key.kind, &key.name, mode)
-        else {
+        let Some(container) = target_container(&workload.template, key.kind, &key.name, mode) else {
             if mode == Mode::Auto {
-                self.metrics
-                    .skipped
-                    .with_label_values(&["strategy_not_updated"])
-                    .inc();
+                self.metrics.skipped.with_label_values(&["strategy_not_updated"]).inc();
             }
             return WriteResult::NotNeeded;
         };
-        let observed_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let Some(patch) = strategy::plan(
-            self.config.strategy,
-            workload,
-            key.kind,
-            &key.name,
-            container,
-            target,
-            observed_at,
-        ) else {
+        let observed_at =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+        let Some(patch) =
+            strategy::plan(self.config.strategy, workload, key.kind, &key.name, container, target, observed_at)
+        else {
             debug!(workload = %workload.key, "hash already recorded");
             return WriteResult::NotNeeded;
         };
-        self.metrics
-            .workloads_matched
-            .with_label_values(&[workload.key.kind.kind()])
-            .inc();
+        self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         let kind = workload.key.kind.kind();
         let started = Instant::now();
         let result = self.patch(&workload.key, &patch).await;
-        self.metrics
-            .action_latency
-            .with_label_values(&[kind])
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.action_latency.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Some(updated)) => {
-                self.metrics
-                    .action
-                    .with_label_values(&[kind, "success"])
-                    .inc();
+                self.metrics.action.with_label_values(&[kind, "success"]).inc();
                 self.metrics.count_reload(&workload.key.namespace, true);
                 info!(workload = %workload.key, hash = %state.hash, strategy = %self.config.strategy, "workload reloaded");
                 self.overlay.insert(updated.key.clone(), Arc::new(updated));
@@ -460,8 +412,7 @@ impl Engine {
                     kind,
                     workload.key.namespace
                 );
-                self.publish(workload, EventType::Normal, "Reloaded", note)
-                    .await;
+                self.publish(workload, EventType::Normal, "Reloaded", note).await;
                 WriteResult::Written
             }
             Ok(None) => {
@@ -469,22 +420,15 @@ impl Engine {
                 WriteResult::NotNeeded
             }
             Err(err) => {
-                self.metrics
-                    .action
-                    .with_label_values(&[kind, "error"])
-                    .inc();
+                self.metrics.action.with_label_values(&[kind, "error"]).inc();
                 self.metrics.count_reload(&workload.key.namespace, false);
-                self.metrics
-                    .errors
-                    .with_label_values(&["update_workload"])
-                    .inc();
+                self.metrics.errors.with_label_values(&["update_workload"]).inc();
                 warn!(workload = %workload.key, error = %err, "reload failed; will retry");
                 let note = format!(
                     "Update for '{}' of type '{}' in namespace '{}' failed with error {}",
                     workload.key.name, kind, workload.key.namespace, err
                 );
-                self.publish(workload, EventType::Warning, "ReloadFail", note)
-                    .await;
+                self.publish(workload, EventType::Warning, "ReloadFail", note).await;
                 WriteResult::Failed
             }
         }
@@ -492,31 +436,25 @@ impl Engine {
 
     /// PATCH the workload; `Ok(None)` when it no longer exists.
     async fn patch(&self, key: &WorkloadKey, patch: &Value) -> Result<Option<Workload>, String> {
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() };
         let c = &self.config.compactor;
         let call = async {
             let patch = Patch::Strategic(patch);
             match key.kind {
                 WorkloadKind::Deployment => {
-                    let api: Api<SlimDeployment> =
-                        Api::namespaced(self.client.clone(), &key.namespace);
+                    let api: Api<SlimDeployment> = Api::namespaced(self.client.clone(), &key.namespace);
                     api.patch(&key.name, &params, &patch)
                         .await
                         .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
                 }
                 WorkloadKind::DaemonSet => {
-                    let api: Api<SlimDaemonSet> =
-                        Api::namespaced(self.client.clone(), &key.namespace);
+                    let api: Api<SlimDaemonSet> = Api::namespaced(self.client.clone(), &key.namespace);
                     api.patch(&key.name, &params, &patch)
                         .await
                         .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
                 }
                 WorkloadKind::StatefulSet => {
-                    let api: Api<SlimStatefulSet> =
-                        Api::namespaced(self.client.clone(), &key.namespace);
+                    let api: Api<SlimStatefulSet> = Api::namespaced(self.client.clone(), &key.namespace);
                     api.patch(&key.name, &params, &patch)
                         .await
                         .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
@@ -532,10 +470,7 @@ impl Engine {
     }
 
     async fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
-        if !self
-            .reported
-            .insert((workload.key.clone(), workload.resource_version.clone()))
-        {
+        if !self.reported.insert((workload.key.clone(), workload.resource_version.clone())) {
             return;
         }
         for problem in problems {
@@ -551,8 +486,7 @@ impl Engine {
                 "Annotation {} has an unusable value {:?}: {}; the value is ignored",
                 problem.annotation, problem.value, problem.reason
             );
-            self.publish(workload, EventType::Warning, "InvalidAnnotation", note)
-                .await;
+            self.publish(workload, EventType::Warning, "InvalidAnnotation", note).await;
         }
     }
 
@@ -598,9 +532,7 @@ enum WriteResult {
 
 /// The one backoff rule for retries: doubling from 200 ms, capped at a minute.
 fn retry_delay(attempt: u32) -> Duration {
-    RETRY_BASE
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(RETRY_MAX)
+    RETRY_BASE.saturating_mul(1u32 << attempt.min(16)).min(RETRY_MAX)
 }
 
 /// Whether resourceVersion `a` is later than `b`. They are etcd revisions in practice; an

@@ -48,8 +48,7 @@ impl Default for Keys {
             secret_provider_class_reload: "secretproviderclass.reloader.stakater.com/reload".into(),
             configmap_exclude: "configmaps.exclude.reloader.stakater.com/reload".into(),
             secret_exclude: "secrets.exclude.reloader.stakater.com/reload".into(),
-            secret_provider_class_exclude:
-                "secretproviderclasses.exclude.reloader.stakater.com/reload".into(),
+            secret_provider_class_exclude: "secretproviderclasses.exclude.reloader.stakater.com/reload".into(),
             search: "reloader.stakater.com/search".into(),
             search_match: "reloader.stakater.com/match".into(),
             ignore: "reloader.stakater.com/ignore".into(),
@@ -68,11 +67,9 @@ impl Keys {
                 auto: &self.configmap_auto,
                 exclude: &self.configmap_exclude,
             },
-            Secret => TypedKeys {
-                explicit: &self.secret_reload,
-                auto: &self.secret_auto,
-                exclude: &self.secret_exclude,
-            },
+            Secret => {
+                TypedKeys { explicit: &self.secret_reload, auto: &self.secret_auto, exclude: &self.secret_exclude }
+            }
             SecretProviderClass => TypedKeys {
                 explicit: &self.secret_provider_class_reload,
                 auto: &self.secret_provider_class_auto,
@@ -105,10 +102,6 @@ impl Keys {
     /// Keys whose presence puts a workload in its namespace's "explicit list" index: such
     /// workloads are candidates for every change of that kind, referenced or not.
     pub fn explicit_keys(&self) -> Vec<String> {
-        vec![
-            self.configmap_reload.clone(),
-            self.secret_reload.clone(),
-            self.secret_provider_class_reload.clone(),
-        ]
+        vec![self.configmap_reload.clone(), self.secret_reload.clone(), self.secret_provider_class_reload.clone()]
     }
 }

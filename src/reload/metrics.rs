@@ -1,8 +1,6 @@
 //! The reload engine's metrics, with Reloader's names and labels so dashboards keep working.
 
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -36,10 +34,7 @@ impl Metrics {
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
         let reload_executed = IntCounterVec::new(
-            Opts::new(
-                "reloader_reload_executed_total",
-                "Counter of reloads executed by Reloader.",
-            ),
+            Opts::new("reloader_reload_executed_total", "Counter of reloads executed by Reloader."),
             &["success"],
         )?;
         let reload_executed_by_namespace = by_namespace
@@ -53,68 +48,36 @@ impl Metrics {
                 )
             })
             .transpose()?;
-        let reconcile = IntCounterVec::new(
-            Opts::new("reloader_reconcile_total", "Changes processed, by result"),
-            &["result"],
-        )?;
+        let reconcile =
+            IntCounterVec::new(Opts::new("reloader_reconcile_total", "Changes processed, by result"), &["result"])?;
         let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "reloader_reconcile_duration_seconds",
-                "Time to process one change",
-            )
-            .buckets(vec![
-                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
+            HistogramOpts::new("reloader_reconcile_duration_seconds", "Time to process one change")
+                .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
             &["result"],
         )?;
         let action = IntCounterVec::new(
-            Opts::new(
-                "reloader_action_total",
-                "Workload writes, by kind and result",
-            ),
+            Opts::new("reloader_action_total", "Workload writes, by kind and result"),
             &["workload_kind", "result"],
         )?;
         let action_latency = HistogramVec::new(
-            HistogramOpts::new(
-                "reloader_action_latency_seconds",
-                "Time of one workload write",
-            )
-            .buckets(vec![
-                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-            ]),
+            HistogramOpts::new("reloader_action_latency_seconds", "Time of one workload write")
+                .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
             &["workload_kind"],
         )?;
-        let skipped = IntCounterVec::new(
-            Opts::new("reloader_skipped_total", "Skipped reloads, by reason"),
-            &["reason"],
-        )?;
-        let errors = IntCounterVec::new(
-            Opts::new("reloader_errors_total", "Errors, by type"),
-            &["type"],
-        )?;
-        let retries = IntCounter::new(
-            "reloader_retries_total",
-            "Changes retried after a failed write",
-        )?;
-        let workloads_matched = IntCounterVec::new(
-            Opts::new(
-                "reloader_workloads_matched_total",
-                "Workloads matched, by kind",
-            ),
-            &["kind"],
-        )?;
-        let invalid_annotations = IntCounter::new(
-            "reloader_invalid_annotations_total",
-            "Workload annotation values that could not be used",
-        )?;
+        let skipped =
+            IntCounterVec::new(Opts::new("reloader_skipped_total", "Skipped reloads, by reason"), &["reason"])?;
+        let errors = IntCounterVec::new(Opts::new("reloader_errors_total", "Errors, by type"), &["type"])?;
+        let retries = IntCounter::new("reloader_retries_total", "Changes retried after a failed write")?;
+        let workloads_matched =
+            IntCounterVec::new(Opts::new("reloader_workloads_matched_total", "Workloads matched, by kind"), &["kind"])?;
+        let invalid_annotations =
+            IntCounter::new("reloader_invalid_annotations_total", "Workload annotation values that could not be used")?;
         let change_latency = Histogram::with_opts(
             HistogramOpts::new(
                 "reloader_change_latency_seconds",
                 "From a change reaching the engine to its last write",
             )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         )?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);

@@ -61,16 +61,7 @@ pub fn decide(
     template: &PodTemplate,
 ) -> Verdict {
     let mut problems = Vec::new();
-    let mode = decide_mode(
-        keys,
-        options,
-        kind,
-        resource_name,
-        state,
-        workload_annotations,
-        template,
-        &mut problems,
-    );
+    let mode = decide_mode(keys, options, kind, resource_name, state, workload_annotations, template, &mut problems);
     Verdict { mode, problems }
 }
 
@@ -98,17 +89,8 @@ fn decide_mode(
     }
 
     // Presence, not value, of any of these keys on metadata decides where they are read from.
-    let selection = [
-        typed.explicit,
-        keys.auto.as_str(),
-        typed.auto,
-        keys.search.as_str(),
-    ];
-    let source = if selection.iter().any(|k| metadata.contains_key(*k)) {
-        metadata
-    } else {
-        &template.annotations
-    };
+    let selection = [typed.explicit, keys.auto.as_str(), typed.auto, keys.search.as_str()];
+    let source = if selection.iter().any(|k| metadata.contains_key(*k)) { metadata } else { &template.annotations };
     let read = |key: &str| source.get(key).map(String::as_str).unwrap_or("");
 
     if let Some(list) = source.get(typed.explicit)
@@ -123,8 +105,7 @@ fn decide_mode(
 
     let auto = read(&keys.auto);
     let typed_auto = read(typed.auto);
-    let enabled =
-        parse_bool(&keys.auto, auto, problems) || parse_bool(typed.auto, typed_auto, problems);
+    let enabled = parse_bool(&keys.auto, auto, problems) || parse_bool(typed.auto, typed_auto, problems);
     if enabled || (auto.is_empty() && typed_auto.is_empty() && options.auto_reload_all) {
         return Some(Mode::Auto);
     }
@@ -134,12 +115,7 @@ fn decide_mode(
 /// One entry per comma, each trimmed and anchored as `^entry$` (not grouped: `a|b` means
 /// "starts with a or ends with b", exactly as Reloader builds it). A bad entry is reported and
 /// skipped; the others still count.
-fn explicit_list_matches(
-    annotation: &str,
-    list: &str,
-    name: &str,
-    problems: &mut Vec<Problem>,
-) -> bool {
+fn explicit_list_matches(annotation: &str, list: &str, name: &str, problems: &mut Vec<Problem>) -> bool {
     for entry in list.split(',').map(str::trim) {
         match Regex::new(&format!("^{entry}$")) {
             Ok(re) if re.is_match(name) => return true,
@@ -175,12 +151,7 @@ fn parse_bool(annotation: &str, value: &str, problems: &mut Vec<Problem>) -> boo
 /// the first container mounting the first volume that projects it; else the first container
 /// whose env uses it; an init container's use points at `containers[0]`; with no use at all,
 /// an explicit reload still takes `containers[0]` and an automatic one takes none.
-pub fn target_container(
-    template: &PodTemplate,
-    kind: ResourceKind,
-    name: &str,
-    mode: Mode,
-) -> Option<usize> {
+pub fn target_container(template: &PodTemplate, kind: ResourceKind, name: &str, mode: Mode) -> Option<usize> {
     let first = (!template.containers.is_empty()).then_some(0);
     let uses = |refs: &[(ResourceKind, String)]| refs.iter().any(|(k, n)| *k == kind && n == name);
 

@@ -30,9 +30,7 @@ impl FromStr for Strategy {
         match s {
             "env-vars" | "default" | "" => Ok(Strategy::EnvVars),
             "annotations" => Ok(Strategy::Annotations),
-            other => Err(format!(
-                "reload-strategy must be one of: env-vars, annotations (got {other:?})"
-            )),
+            other => Err(format!("reload-strategy must be one of: env-vars, annotations (got {other:?})")),
         }
     }
 }
@@ -89,27 +87,13 @@ pub fn plan(
 ) -> Option<Value> {
     let container_name = &workload.template.containers.get(container)?.name;
     match strategy {
-        Strategy::EnvVars => plan_env_var(
-            workload,
-            kind,
-            resource_name,
-            container,
-            container_name,
-            target,
-        ),
+        Strategy::EnvVars => plan_env_var(workload, kind, resource_name, container, container_name, target),
         Strategy::Annotations => {
             let hash = match target {
                 Target::Hash(h) => h,
                 Target::Deleted => delete_marker(),
             };
-            plan_annotation(
-                workload,
-                kind,
-                resource_name,
-                container_name,
-                hash,
-                observed_at,
-            )
+            plan_annotation(workload, kind, resource_name, container_name, hash, observed_at)
         }
     }
 }
@@ -135,9 +119,7 @@ fn plan_env_var(
         // Strategic merge deletes the list item by its merge key, wherever it sits.
         (Target::Deleted, Some(_)) => json!({ "name": var, "$patch": "delete" }),
     };
-    Some(
-        json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } }),
-    )
+    Some(json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } }))
 }
 
 fn plan_annotation(
@@ -181,11 +163,7 @@ fn plan_annotation(
 
 /// The per-resource hashes this controller recorded on the workload (annotations strategy).
 pub fn recorded_hashes(workload: &Workload) -> BTreeMap<String, String> {
-    workload
-        .annotations
-        .get(RELOADED_HASHES)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default()
+    workload.annotations.get(RELOADED_HASHES).and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
 }
 
 /// The parsed `last-reloaded-from` pod template annotation, if present and well-formed.
@@ -200,24 +178,14 @@ mod tests {
 
     fn workload() -> Workload {
         Workload {
-            key: WorkloadKey {
-                kind: WorkloadKind::Deployment,
-                namespace: "ns".into(),
-                name: "web".into(),
-            },
+            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
             uid: "u".into(),
             resource_version: "1".into(),
             annotations: BTreeMap::new(),
             template: PodTemplate {
                 containers: vec![
-                    Container {
-                        name: "sidecar".into(),
-                        ..Default::default()
-                    },
-                    Container {
-                        name: "app".into(),
-                        ..Default::default()
-                    },
+                    Container { name: "sidecar".into(), ..Default::default() },
+                    Container { name: "app".into(), ..Default::default() },
                 ],
                 ..Default::default()
             },
@@ -230,15 +198,8 @@ mod tests {
 
     #[test]
     fn env_vars_patch_has_reloaders_shape() {
-        let patch = plan(
-            Strategy::EnvVars,
-            &workload(),
-            ResourceKind::ConfigMap,
-            "my-config",
-            1,
-            Target::Hash(hash()),
-            0,
-        );
+        let patch =
+            plan(Strategy::EnvVars, &workload(), ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash()), 0);
         assert_eq!(
             patch,
             Some(json!({ "spec": { "template": { "spec": { "containers": [
@@ -250,64 +211,19 @@ mod tests {
     #[test]
     fn env_vars_is_a_no_op_when_the_hash_is_already_recorded() {
         let mut w = workload();
-        w.template.containers[1]
-            .recorded
-            .push(("STAKATER_MY_CONFIG_CONFIGMAP".into(), hash().to_string()));
-        assert_eq!(
-            plan(
-                Strategy::EnvVars,
-                &w,
-                ResourceKind::ConfigMap,
-                "my-config",
-                1,
-                Target::Hash(hash()),
-                0
-            ),
-            None
-        );
+        w.template.containers[1].recorded.push(("STAKATER_MY_CONFIG_CONFIGMAP".into(), hash().to_string()));
+        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash()), 0), None);
         let other = DataHash::of_bytes(b"other");
-        assert!(
-            plan(
-                Strategy::EnvVars,
-                &w,
-                ResourceKind::ConfigMap,
-                "my-config",
-                1,
-                Target::Hash(other),
-                0
-            )
-            .is_some()
-        );
+        assert!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "my-config", 1, Target::Hash(other), 0).is_some());
     }
 
     #[test]
     fn env_vars_delete_removes_the_var_only_when_present() {
         let mut w = workload();
+        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::Secret, "s", 0, Target::Deleted, 0), None);
+        w.template.containers[0].recorded.push(("STAKATER_S_SECRET".into(), hash().to_string()));
         assert_eq!(
-            plan(
-                Strategy::EnvVars,
-                &w,
-                ResourceKind::Secret,
-                "s",
-                0,
-                Target::Deleted,
-                0
-            ),
-            None
-        );
-        w.template.containers[0]
-            .recorded
-            .push(("STAKATER_S_SECRET".into(), hash().to_string()));
-        assert_eq!(
-            plan(
-                Strategy::EnvVars,
-                &w,
-                ResourceKind::Secret,
-                "s",
-                0,
-                Target::Deleted,
-                0
-            ),
+            plan(Strategy::EnvVars, &w, ResourceKind::Secret, "s", 0, Target::Deleted, 0),
             Some(json!({ "spec": { "template": { "spec": { "containers": [
                 { "name": "sidecar", "env": [ { "name": "STAKATER_S_SECRET", "$patch": "delete" } ] }
             ] } } } }))
@@ -341,39 +257,18 @@ mod tests {
     #[test]
     fn annotations_strategy_is_idempotent_per_resource() {
         let mut w = workload();
-        let patch = plan(
-            Strategy::Annotations,
-            &w,
-            ResourceKind::ConfigMap,
-            "a",
-            0,
-            Target::Hash(hash()),
-            1,
-        )
-        .expect("writes");
-        let recorded = patch["metadata"]["annotations"][RELOADED_HASHES]
-            .as_str()
-            .expect("string")
-            .to_string();
+        let patch =
+            plan(Strategy::Annotations, &w, ResourceKind::ConfigMap, "a", 0, Target::Hash(hash()), 1).expect("writes");
+        let recorded = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("string").to_string();
         w.annotations.insert(RELOADED_HASHES.into(), recorded);
         // A later reload for another resource overwrote last-reloaded-from...
         w.template.annotations.insert(
             LAST_RELOADED_FROM.into(),
-            r#"{"type":"CONFIGMAP","name":"b","namespace":"ns","hash":"x","containerRefs":["sidecar"],"observedAt":2}"#.into(),
+            r#"{"type":"CONFIGMAP","name":"b","namespace":"ns","hash":"x","containerRefs":["sidecar"],"observedAt":2}"#
+                .into(),
         );
         // ...yet replaying the change of `a` writes nothing.
-        assert_eq!(
-            plan(
-                Strategy::Annotations,
-                &w,
-                ResourceKind::ConfigMap,
-                "a",
-                0,
-                Target::Hash(hash()),
-                3
-            ),
-            None
-        );
+        assert_eq!(plan(Strategy::Annotations, &w, ResourceKind::ConfigMap, "a", 0, Target::Hash(hash()), 3), None);
     }
 
     #[test]
@@ -381,52 +276,26 @@ mod tests {
         let mut w = workload();
         w.template.annotations.insert(
             LAST_RELOADED_FROM.into(),
-            format!(r#"{{"type":"SECRET","name":"s","namespace":"ns","hash":"{}","containerRefs":["app"],"observedAt":5}}"#, hash()),
-        );
-        assert_eq!(
-            plan(
-                Strategy::Annotations,
-                &w,
-                ResourceKind::Secret,
-                "s",
-                1,
-                Target::Hash(hash()),
-                9
+            format!(
+                r#"{{"type":"SECRET","name":"s","namespace":"ns","hash":"{}","containerRefs":["app"],"observedAt":5}}"#,
+                hash()
             ),
-            None
         );
+        assert_eq!(plan(Strategy::Annotations, &w, ResourceKind::Secret, "s", 1, Target::Hash(hash()), 9), None);
     }
 
     #[test]
     fn annotations_delete_records_reloaders_marker() {
-        let patch = plan(
-            Strategy::Annotations,
-            &workload(),
-            ResourceKind::ConfigMap,
-            "cm",
-            0,
-            Target::Deleted,
-            1,
-        )
-        .expect("writes");
-        let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
-            .as_str()
-            .expect("string");
-        assert!(
-            value.contains("aae45badef99284e4dae01d6046154ea9d99532f"),
-            "{value}"
-        );
+        let patch = plan(Strategy::Annotations, &workload(), ResourceKind::ConfigMap, "cm", 0, Target::Deleted, 1)
+            .expect("writes");
+        let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM].as_str().expect("string");
+        assert!(value.contains("aae45badef99284e4dae01d6046154ea9d99532f"), "{value}");
     }
 
     #[test]
     fn strategy_flag_values() {
         assert_eq!("env-vars".parse(), Ok(Strategy::EnvVars));
         assert_eq!("annotations".parse(), Ok(Strategy::Annotations));
-        assert!(
-            "rolling"
-                .parse::<Strategy>()
-                .unwrap_err()
-                .contains("env-vars, annotations")
-        );
+        assert!("rolling".parse::<Strategy>().unwrap_err().contains("env-vars, annotations"));
     }
 }

@@ -69,10 +69,7 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -85,19 +82,12 @@ mod tests {
         let team = labels(&[("team", "x")]);
         assert_eq!(filter.select("a", &team), Selection::Selected);
         assert_eq!(filter.select("b", &team), Selection::Ignored);
-        assert_eq!(
-            filter.select("c", &labels(&[])),
-            Selection::SelectorMismatch
-        );
+        assert_eq!(filter.select("c", &labels(&[])), Selection::SelectorMismatch);
         assert_eq!(filter.select("d", &team), Selection::NotInNamespaceList);
     }
 
     #[test]
     fn default_filter_selects_everything() {
-        assert!(
-            NamespaceFilter::default()
-                .select("anything", &labels(&[]))
-                .is_selected()
-        );
+        assert!(NamespaceFilter::default().select("anything", &labels(&[])).is_selected());
     }
 }

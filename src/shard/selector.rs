@@ -33,11 +33,7 @@ impl LabelSelector {
     /// # Errors
     /// The first requirement that does not parse.
     pub fn parse_all<S: AsRef<str>>(parts: &[S]) -> Result<Option<LabelSelector>, ParseError> {
-        let joined: Vec<&str> = parts
-            .iter()
-            .map(|p| p.as_ref().trim())
-            .filter(|p| !p.is_empty())
-            .collect();
+        let joined: Vec<&str> = parts.iter().map(|p| p.as_ref().trim()).filter(|p| !p.is_empty()).collect();
         if joined.is_empty() {
             return Ok(None);
         }
@@ -90,15 +86,10 @@ fn split_top_level(text: &str) -> Vec<&str> {
 }
 
 fn parse_requirement(requirement: &str) -> Result<Expression, ParseError> {
-    let fail = |reason: &str| ParseError {
-        requirement: requirement.to_string(),
-        reason: reason.to_string(),
-    };
+    let fail = |reason: &str| ParseError { requirement: requirement.to_string(), reason: reason.to_string() };
 
     if let Some(key) = requirement.strip_prefix('!') {
-        return Ok(Expression::DoesNotExist(
-            valid_key(key.trim()).map_err(|r| fail(&r))?,
-        ));
+        return Ok(Expression::DoesNotExist(valid_key(key.trim()).map_err(|r| fail(&r))?));
     }
     for (op, negated) in [("!=", true), ("==", false), ("=", false), (":", false)] {
         if let Some((key, value)) = requirement.split_once(op) {
@@ -108,11 +99,7 @@ fn parse_requirement(requirement: &str) -> Result<Expression, ParseError> {
                 return Ok(Expression::Exists(key));
             }
             let value = valid_value(value).map_err(|r| fail(&r))?;
-            return Ok(if negated {
-                Expression::NotEqual(key, value)
-            } else {
-                Expression::Equal(key, value)
-            });
+            return Ok(if negated { Expression::NotEqual(key, value) } else { Expression::Equal(key, value) });
         }
     }
     let words: Vec<&str> = requirement.splitn(2, char::is_whitespace).collect();
@@ -125,26 +112,15 @@ fn parse_requirement(requirement: &str) -> Result<Expression, ParseError> {
                 let inner = set
                     .strip_prefix('(')
                     .and_then(|s| s.strip_suffix(')'))
-                    .ok_or_else(|| {
-                        fail("expected a parenthesised list of values after in/notin")
-                    })?;
-                let values = inner
-                    .split(',')
-                    .map(|v| valid_value(v.trim()))
-                    .collect::<Result<_, _>>()
-                    .map_err(|r| fail(&r))?;
-                return Ok(if negated {
-                    Expression::NotIn(key, values)
-                } else {
-                    Expression::In(key, values)
-                });
+                    .ok_or_else(|| fail("expected a parenthesised list of values after in/notin"))?;
+                let values =
+                    inner.split(',').map(|v| valid_value(v.trim())).collect::<Result<_, _>>().map_err(|r| fail(&r))?;
+                return Ok(if negated { Expression::NotIn(key, values) } else { Expression::In(key, values) });
             }
         }
         return Err(fail("expected =, ==, !=, in or notin after the key"));
     }
-    Ok(Expression::Exists(
-        valid_key(requirement).map_err(|r| fail(&r))?,
-    ))
+    Ok(Expression::Exists(valid_key(requirement).map_err(|r| fail(&r))?))
 }
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters.
@@ -156,9 +132,7 @@ fn valid_key(key: &str) -> Result<String, String> {
     if let Some(prefix) = prefix
         && (prefix.is_empty()
             || prefix.len() > 253
-            || !prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'))
+            || !prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'))
     {
         return Err(format!("key prefix {prefix:?} is not a DNS subdomain"));
     }
@@ -185,9 +159,7 @@ fn is_label_text(text: &str) -> bool {
     let edge = |c: char| c.is_ascii_alphanumeric();
     text.starts_with(edge)
         && text.ends_with(edge)
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
 #[cfg(test)]
@@ -195,15 +167,11 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn sel(text: &str) -> LabelSelector {
-        text.parse()
-            .unwrap_or_else(|e| panic!("{text:?} should parse: {e}"))
+        text.parse().unwrap_or_else(|e| panic!("{text:?} should parse: {e}"))
     }
 
     #[test]
@@ -240,17 +208,12 @@ mod tests {
         assert!(sel("team:*").matches(&l));
         assert!(sel("team=*").matches(&l));
         assert!(!sel("other:*").matches(&l));
-        assert!(
-            sel("\"team=a\"").matches(&l),
-            "the chart renders the value quoted"
-        );
+        assert!(sel("\"team=a\"").matches(&l), "the chart renders the value quoted");
     }
 
     #[test]
     fn repeated_flags_are_anded() {
-        let s = LabelSelector::parse_all(&["team=a", "env in (prod)"])
-            .expect("valid")
-            .expect("non-empty");
+        let s = LabelSelector::parse_all(&["team=a", "env in (prod)"]).expect("valid").expect("non-empty");
         assert!(s.matches(&labels(&[("team", "a"), ("env", "prod")])));
         assert!(!s.matches(&labels(&[("team", "a")])));
         assert_eq!(LabelSelector::parse_all::<&str>(&[]), Ok(None));

@@ -22,19 +22,12 @@ impl DataHash {
     }
 
     /// ConfigMap: `data` entries as `key=value`, `binaryData` entries as `key=base64(value)`.
-    pub fn of_configmap(
-        data: &BTreeMap<String, String>,
-        binary_data: &BTreeMap<String, Vec<u8>>,
-    ) -> Self {
+    pub fn of_configmap(data: &BTreeMap<String, String>, binary_data: &BTreeMap<String, Vec<u8>>) -> Self {
         let base64 = base64::engine::general_purpose::STANDARD;
         let mut entries: Vec<Vec<u8>> = data
             .iter()
             .map(|(k, v)| entry(k.as_bytes(), v.as_bytes()))
-            .chain(
-                binary_data
-                    .iter()
-                    .map(|(k, v)| entry(k.as_bytes(), base64.encode(v).as_bytes())),
-            )
+            .chain(binary_data.iter().map(|(k, v)| entry(k.as_bytes(), base64.encode(v).as_bytes())))
             .collect();
         Self::of_entries(&mut entries)
     }
@@ -54,10 +47,7 @@ impl DataHash {
         let mut entries: Vec<Vec<u8>> = objects
             .into_iter()
             .map(|(id, version)| entry(id.as_bytes(), version.as_bytes()))
-            .chain(std::iter::once(entry(
-                b"SecretProviderClassName",
-                class_name.as_bytes(),
-            )))
+            .chain(std::iter::once(entry(b"SecretProviderClassName", class_name.as_bytes())))
             .collect();
         Self::of_entries(&mut entries)
     }
@@ -118,17 +108,11 @@ mod tests {
     use super::*;
 
     fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn bytes(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_vec()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
     }
 
     // Vectors from the behaviour reference, section 2.5 (tests/golden/hash-vectors.txt).
@@ -146,10 +130,7 @@ mod tests {
 
     #[test]
     fn generate_sha_matches_reloader() {
-        assert_eq!(
-            DataHash::of_bytes(b"www.stakater.com").to_string(),
-            golden("generate_sha")
-        );
+        assert_eq!(DataHash::of_bytes(b"www.stakater.com").to_string(), golden("generate_sha"));
         assert_eq!(DataHash::of_bytes(b"").to_string(), golden("empty"));
     }
 
@@ -162,24 +143,14 @@ mod tests {
     #[test]
     fn configmap_vectors_match_reloader() {
         let none = BTreeMap::new();
-        assert_eq!(
-            DataHash::of_configmap(&strings(&[("test", "test")]), &none).to_string(),
-            golden("cm_test")
-        );
-        assert_eq!(
-            DataHash::of_configmap(&strings(&[("b", "2"), ("a", "1")]), &none).to_string(),
-            golden("cm_a1_b2")
-        );
+        assert_eq!(DataHash::of_configmap(&strings(&[("test", "test")]), &none).to_string(), golden("cm_test"));
+        assert_eq!(DataHash::of_configmap(&strings(&[("b", "2"), ("a", "1")]), &none).to_string(), golden("cm_a1_b2"));
         assert_eq!(
             DataHash::of_configmap(&strings(&[("a", "x"), ("a.b", "y")]), &none).to_string(),
             golden("cm_whole_string_sort")
         );
         assert_eq!(
-            DataHash::of_configmap(
-                &strings(&[("test", "test")]),
-                &bytes(&[("bintest", b"test")])
-            )
-            .to_string(),
+            DataHash::of_configmap(&strings(&[("test", "test")]), &bytes(&[("bintest", b"test")])).to_string(),
             golden("cm_binary")
         );
     }

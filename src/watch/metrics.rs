@@ -20,30 +20,16 @@ impl Metrics {
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let events_received = IntCounterVec::new(
-            Opts::new(
-                "reloader_events_received_total",
-                "Watch events received, by event and resource type",
-            ),
+            Opts::new("reloader_events_received_total", "Watch events received, by event and resource type"),
             &["event_type", "resource_type"],
         )?;
-        let watch_errors = IntCounter::new(
-            "reloader_watch_errors_total",
-            "Watch stream errors, each retried with backoff",
-        )?;
-        let store_objects = IntGaugeVec::new(
-            Opts::new(
-                "reloader_store_objects",
-                "Objects held in this replica's store",
-            ),
-            &["kind"],
-        )?;
+        let watch_errors =
+            IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff")?;
+        let store_objects =
+            IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"])?;
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(store_objects.clone()))?;
-        Ok(Metrics {
-            events_received,
-            watch_errors,
-            store_objects,
-        })
+        Ok(Metrics { events_received, watch_errors, store_objects })
     }
 }

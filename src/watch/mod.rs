@@ -13,8 +13,8 @@ mod wire;
 pub use hash::DataHash;
 pub use metrics::Metrics;
 pub use object::{
-    Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload,
-    WorkloadKey, WorkloadKind,
+    Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
+    WorkloadKind,
 };
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, run};

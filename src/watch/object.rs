@@ -59,11 +59,7 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [
-        WorkloadKind::Deployment,
-        WorkloadKind::DaemonSet,
-        WorkloadKind::StatefulSet,
-    ];
+    pub const ALL: [WorkloadKind; 3] = [WorkloadKind::Deployment, WorkloadKind::DaemonSet, WorkloadKind::StatefulSet];
 
     /// The Kubernetes kind, as in metric labels (`reloader_action_total{workload_kind}`).
     pub fn kind(self) -> &'static str {
@@ -110,6 +106,18 @@ pub struct Change {
     /// The hash the event carried; `None` for a deletion. The store may already hold a newer
     /// one; this one tells what the event itself saw (a create is baselined at this hash).
     pub observed: Option<DataHash>,
+    /// Whether a live watch event or a (re)list reported it.
+    pub cause: Cause,
+}
+
+/// Where a [`Change`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// A live add, update or delete.
+    Event,
+    /// A relist (after a watch gap, or when namespaces join the selection) found the resource
+    /// new or different. New-to-us is not "created": such a resource is taken as a baseline.
+    Listed,
 }
 
 /// What the engine knows of a ConfigMap, Secret or SecretProviderClass: its hash and the two
@@ -165,11 +173,9 @@ pub struct Volume {
 impl PodTemplate {
     /// Every resource this template references, in any way Reloader recognises.
     pub fn references(&self) -> impl Iterator<Item = &(ResourceKind, String)> {
-        self.volumes.iter().flat_map(|v| v.sources.iter()).chain(
-            self.containers
-                .iter()
-                .chain(&self.init_containers)
-                .flat_map(|c| c.env_refs.iter()),
-        )
+        self.volumes
+            .iter()
+            .flat_map(|v| v.sources.iter())
+            .chain(self.containers.iter().chain(&self.init_containers).flat_map(|c| c.env_refs.iter()))
     }
 }

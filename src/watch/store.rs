@@ -40,19 +40,14 @@ impl Store {
     /// A new empty store and its writer. `explicit_keys` are the annotation keys that make a
     /// workload a candidate for every change in its namespace.
     pub fn new(explicit_keys: Vec<String>) -> (Store, Writer) {
-        let store = Store {
-            inner: Arc::default(),
-            explicit_keys: explicit_keys.into(),
-        };
+        let store = Store { inner: Arc::default(), explicit_keys: explicit_keys.into() };
         (store.clone(), Writer { store })
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
         // A panic while holding the lock leaves the maps consistent (every write is one insert
         // or remove at a time), so a poisoned lock is still safe to read.
-        self.inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn resource(&self, key: &ResourceKey) -> Option<ResourceState> {
@@ -70,18 +65,12 @@ impl Store {
         let referencing = inner.refs.get(key).into_iter().flatten();
         let explicit = inner.explicit.get(&key.namespace).into_iter().flatten();
         let keys: BTreeSet<&WorkloadKey> = referencing.chain(explicit).collect();
-        keys.into_iter()
-            .filter_map(|k| inner.workloads.get(k).cloned())
-            .collect()
+        keys.into_iter().filter_map(|k| inner.workloads.get(k).cloned()).collect()
     }
 
     /// Every stored resource with its state: the input of a reconcile after (re)sync.
     pub fn resources(&self) -> Vec<(ResourceKey, ResourceState)> {
-        self.read()
-            .resources
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        self.read().resources.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     /// Numbers of stored resources and workloads.
@@ -102,10 +91,7 @@ impl Writer {
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
-        self.store
-            .inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.store.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Store a resource's state; returns the state it replaces.
@@ -142,28 +128,22 @@ impl Writer {
     /// Store a workload and re-index its references.
     pub fn apply_workload(&self, workload: Workload) {
         let workload = Arc::new(workload);
-        let explicit = self.store.explicit_keys.iter().any(|k| {
-            workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k)
-        });
+        let explicit = self
+            .store
+            .explicit_keys
+            .iter()
+            .any(|k| workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k));
         let mut inner = self.write();
         let key = workload.key.clone();
         if let Some(old) = inner.workloads.insert(key.clone(), workload.clone()) {
             unindex(&mut inner, &old);
         }
         for (kind, name) in workload.template.references() {
-            let rkey = ResourceKey {
-                kind: *kind,
-                namespace: key.namespace.clone(),
-                name: Arc::from(name.as_str()),
-            };
+            let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: Arc::from(name.as_str()) };
             inner.refs.entry(rkey).or_default().insert(key.clone());
         }
         if explicit {
-            inner
-                .explicit
-                .entry(key.namespace.clone())
-                .or_default()
-                .insert(key);
+            inner.explicit.entry(key.namespace.clone()).or_default().insert(key);
         }
     }
 
@@ -187,11 +167,7 @@ impl Writer {
 fn unindex(inner: &mut Inner, old: &Workload) {
     let key = &old.key;
     for (kind, name) in old.template.references() {
-        let rkey = ResourceKey {
-            kind: *kind,
-            namespace: key.namespace.clone(),
-            name: Arc::from(name.as_str()),
-        };
+        let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: Arc::from(name.as_str()) };
         if let Some(set) = inner.refs.get_mut(&rkey) {
             set.remove(key);
             if set.is_empty() {
@@ -216,37 +192,20 @@ mod tests {
     fn workload(ns: &str, name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> Workload {
         let container = Container {
             name: "app".into(),
-            env_refs: uses
-                .iter()
-                .map(|n| (ResourceKind::ConfigMap, n.to_string()))
-                .collect(),
+            env_refs: uses.iter().map(|n| (ResourceKind::ConfigMap, n.to_string())).collect(),
             ..Default::default()
         };
         Workload {
-            key: WorkloadKey {
-                kind: WorkloadKind::Deployment,
-                namespace: ns.into(),
-                name: name.into(),
-            },
+            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: ns.into(), name: name.into() },
             uid: String::new(),
             resource_version: "1".into(),
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-            template: PodTemplate {
-                containers: vec![container],
-                ..Default::default()
-            },
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            template: PodTemplate { containers: vec![container], ..Default::default() },
         }
     }
 
     fn cm(ns: &str, name: &str) -> ResourceKey {
-        ResourceKey {
-            kind: ResourceKind::ConfigMap,
-            namespace: ns.into(),
-            name: name.into(),
-        }
+        ResourceKey { kind: ResourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
     }
 
     fn names(workloads: Vec<Arc<Workload>>) -> Vec<String> {
@@ -261,16 +220,8 @@ mod tests {
         writer.apply_workload(workload("a", "uses-cm", &["cm"], &[]));
         writer.apply_workload(workload("a", "uses-other", &["other"], &[]));
         writer.apply_workload(workload("a", "explicit", &[], &[(EXPLICIT, "c.*")]));
-        writer.apply_workload(workload(
-            "b",
-            "other-namespace",
-            &["cm"],
-            &[(EXPLICIT, "cm")],
-        ));
-        assert_eq!(
-            names(store.candidates(&cm("a", "cm"))),
-            vec!["explicit", "uses-cm"]
-        );
+        writer.apply_workload(workload("b", "other-namespace", &["cm"], &[(EXPLICIT, "cm")]));
+        assert_eq!(names(store.candidates(&cm("a", "cm"))), vec!["explicit", "uses-cm"]);
     }
 
     #[test]
@@ -291,11 +242,7 @@ mod tests {
     #[test]
     fn forgetting_a_namespace_drops_its_objects_only() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState {
-            hash: DataHash::of_bytes(b""),
-            ignored: false,
-            search_match: false,
-        };
+        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false };
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("b", "cm"), state);
         writer.apply_workload(workload("a", "w", &["cm"], &[]));

@@ -28,12 +28,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shard::{LabelSelector, NamespaceFilter};
-use crate::watch::wire::{
-    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet,
-};
-use crate::watch::{
-    Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer,
-};
+use crate::watch::wire::{Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet};
+use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
 
 /// What to watch and what to keep.
 #[derive(Clone, Debug, Default)]
@@ -158,16 +154,13 @@ struct WatchTask {
     all_synced: bool,
 }
 
-type NamespaceStream = Pin<
-    Box<dyn Stream<Item = Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>> + Send>,
->;
+type NamespaceStream =
+    Pin<Box<dyn Stream<Item = Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>> + Send>>;
 
 fn namespace_stream(client: Client) -> NamespaceStream {
     // Metadata only: labels are all the filter needs.
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
-    watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed()
+    watcher::watcher(api, watcher::Config::default()).default_backoff().boxed()
 }
 
 async fn next_namespace_event(
@@ -230,18 +223,13 @@ impl WatchTask {
 
     /// Re-evaluate one namespace; returns true if it newly joined.
     fn reselect(&mut self, name: &str) -> bool {
-        let selected = self
-            .namespace_labels
-            .get(name)
-            .is_some_and(|labels| self.config.filter.select(name, labels).is_selected());
+        let selected =
+            self.namespace_labels.get(name).is_some_and(|labels| self.config.filter.select(name, labels).is_selected());
         if selected {
             self.selected.insert(name.to_string())
         } else {
             if self.selected.remove(name) {
-                debug!(
-                    namespace = name,
-                    "namespace left the selection; forgetting its objects"
-                );
+                debug!(namespace = name, "namespace left the selection; forgetting its objects");
                 self.writer.forget_namespace(name);
             }
             false
@@ -256,10 +244,7 @@ impl WatchTask {
         if self.config.filter.needs_labels() {
             self.selected.contains(namespace)
         } else {
-            self.config
-                .filter
-                .select(namespace, &BTreeMap::new())
-                .is_selected()
+            self.config.filter.select(namespace, &BTreeMap::new()).is_selected()
         }
     }
 
@@ -269,11 +254,7 @@ impl WatchTask {
             None => vec![None],
             Some(list) => list.iter().cloned().map(Some).collect(),
         };
-        let selector = self
-            .config
-            .resource_label_selector
-            .as_ref()
-            .map(ToString::to_string);
+        let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
         let resource_config = match &selector {
             Some(s) => watcher::Config::default().labels(s),
             None => watcher::Config::default(),
@@ -301,45 +282,27 @@ impl WatchTask {
             let id = self.add_stream(&scope);
             merged.push(tagged(
                 id,
-                watch_kind::<SlimDeployment>(client, &scope, watcher::Config::default()).map(
-                    move |r| {
-                        r.map(|e| {
-                            map_event(e, |d| {
-                                c.workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)
-                            })
-                        })
-                    },
-                ),
+                watch_kind::<SlimDeployment>(client, &scope, watcher::Config::default()).map(move |r| {
+                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)))
+                }),
                 |e| Incoming::Workload(WorkloadKind::Deployment, e),
             ));
             let c = self.compactor.clone();
             let id = self.add_stream(&scope);
             merged.push(tagged(
                 id,
-                watch_kind::<SlimDaemonSet>(client, &scope, watcher::Config::default()).map(
-                    move |r| {
-                        r.map(|e| {
-                            map_event(e, |d| {
-                                c.workload(WorkloadKind::DaemonSet, &d.metadata, &d.spec.template)
-                            })
-                        })
-                    },
-                ),
+                watch_kind::<SlimDaemonSet>(client, &scope, watcher::Config::default()).map(move |r| {
+                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::DaemonSet, &d.metadata, &d.spec.template)))
+                }),
                 |e| Incoming::Workload(WorkloadKind::DaemonSet, e),
             ));
             let c = self.compactor.clone();
             let id = self.add_stream(&scope);
             merged.push(tagged(
                 id,
-                watch_kind::<SlimStatefulSet>(client, &scope, watcher::Config::default()).map(
-                    move |r| {
-                        r.map(|e| {
-                            map_event(e, |d| {
-                                c.workload(WorkloadKind::StatefulSet, &d.metadata, &d.spec.template)
-                            })
-                        })
-                    },
-                ),
+                watch_kind::<SlimStatefulSet>(client, &scope, watcher::Config::default()).map(move |r| {
+                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::StatefulSet, &d.metadata, &d.spec.template)))
+                }),
                 |e| Incoming::Workload(WorkloadKind::StatefulSet, e),
             ));
         }
@@ -347,38 +310,28 @@ impl WatchTask {
     }
 
     fn add_stream(&mut self, scope: &Option<String>) -> usize {
-        self.streams.push(StreamState {
-            namespace: scope.clone(),
-            synced_once: false,
-            seen: None,
-        });
+        self.streams.push(StreamState { namespace: scope.clone(), synced_once: false, seen: None });
         self.streams.len() - 1
     }
 
     async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
         match incoming {
-            Incoming::ConfigMap(
-                WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) | WatchEvent::Delete(cm),
-            ) if Compactor::is_internal(&cm) => Ok(()),
+            Incoming::ConfigMap(WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) | WatchEvent::Delete(cm))
+                if Compactor::is_internal(&cm) =>
+            {
+                Ok(())
+            }
             Incoming::ConfigMap(event) => {
                 let compactor = self.compactor.clone();
                 self.apply_resource_event(stream, ResourceKind::ConfigMap, event, |cm| {
-                    (
-                        cm.metadata.namespace.clone(),
-                        cm.metadata.name.clone(),
-                        compactor.configmap(cm),
-                    )
+                    (cm.metadata.namespace.clone(), cm.metadata.name.clone(), compactor.configmap(cm))
                 })
                 .await
             }
             Incoming::Secret(event) => {
                 let compactor = self.compactor.clone();
                 self.apply_resource_event(stream, ResourceKind::Secret, event, |s| {
-                    (
-                        s.metadata.namespace.clone(),
-                        s.metadata.name.clone(),
-                        compactor.secret(s),
-                    )
+                    (s.metadata.namespace.clone(), s.metadata.name.clone(), compactor.secret(s))
                 })
                 .await
             }
@@ -396,56 +349,36 @@ impl WatchTask {
         event: WatchEvent<K>,
         compact: impl Fn(&K) -> (Option<String>, Option<String>, ResourceState),
     ) -> Result<(), Error> {
-        let emit = self.streams[stream].synced_once;
+        // The first list of all is reconciled by the engine as a whole; later lists are diffed.
+        let emit = self.streams[stream].synced_once || self.all_synced;
         match event {
             WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
             WatchEvent::InitApply(obj) | WatchEvent::Apply(obj) => {
+                let cause = if self.streams[stream].seen.is_some() { Cause::Listed } else { Cause::Event };
                 let (Some(namespace), Some(name), state) = compact(&obj) else {
                     return Ok(());
                 };
-                self.metrics
-                    .events_received
-                    .with_label_values(&["update", kind.plural()])
-                    .inc();
+                self.metrics.events_received.with_label_values(&["update", kind.plural()]).inc();
                 if !self.is_selected(&namespace) {
                     return Ok(());
                 }
-                let key = ResourceKey {
-                    kind,
-                    namespace: namespace.into(),
-                    name: name.into(),
-                };
+                let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 if let Some(seen) = self.streams[stream].seen.as_mut() {
                     seen.insert(Arc::from(format!("{}/{}", key.namespace, key.name)));
                 }
                 let previous = self.writer.apply_resource(key.clone(), state.clone());
                 if emit && previous.is_none_or(|p| p.hash != state.hash) {
-                    self.send(Change {
-                        key,
-                        observed: Some(state.hash),
-                    })
-                    .await?;
+                    self.send(Change { key, observed: Some(state.hash), cause }).await?;
                 }
             }
             WatchEvent::Delete(obj) => {
                 let (Some(namespace), Some(name), _) = compact(&obj) else {
                     return Ok(());
                 };
-                self.metrics
-                    .events_received
-                    .with_label_values(&["delete", kind.plural()])
-                    .inc();
-                let key = ResourceKey {
-                    kind,
-                    namespace: namespace.into(),
-                    name: name.into(),
-                };
+                self.metrics.events_received.with_label_values(&["delete", kind.plural()]).inc();
+                let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 if self.writer.delete_resource(&key).is_some() && emit {
-                    self.send(Change {
-                        key,
-                        observed: None,
-                    })
-                    .await?;
+                    self.send(Change { key, observed: None, cause: Cause::Event }).await?;
                 }
             }
             WatchEvent::InitDone => {
@@ -457,11 +390,7 @@ impl WatchTask {
                     if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
                         self.writer.delete_resource(&key);
                         if emit {
-                            self.send(Change {
-                                key,
-                                observed: None,
-                            })
-                            .await?;
+                            self.send(Change { key, observed: None, cause: Cause::Listed }).await?;
                         }
                     }
                 }
@@ -470,12 +399,7 @@ impl WatchTask {
         Ok(())
     }
 
-    fn apply_workload_event(
-        &mut self,
-        stream: usize,
-        kind: WorkloadKind,
-        event: WatchEvent<Option<Workload>>,
-    ) {
+    fn apply_workload_event(&mut self, stream: usize, kind: WorkloadKind, event: WatchEvent<Option<Workload>>) {
         match event {
             WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
             WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
@@ -506,10 +430,7 @@ impl WatchTask {
     async fn send(&self, change: Change) -> Result<(), Error> {
         let key = &change.key;
         debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
-        self.changes
-            .send(change)
-            .await
-            .map_err(|_| Error::EngineGone)
+        self.changes.send(change).await.map_err(|_| Error::EngineGone)
     }
 }
 

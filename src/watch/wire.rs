@@ -13,8 +13,7 @@ use k8s_openapi::{ByteString, NamespaceResourceScope};
 use serde::Deserialize;
 
 use crate::watch::{
-    Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
-    WorkloadKind,
+    Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey, WorkloadKind,
 };
 
 /// Implement `kube::Resource` for a slim type so that `Api<T>` and the watcher can use it.
@@ -221,60 +220,31 @@ impl Compactor {
     /// `workload_keys`: workload annotations worth keeping. `ignore_key` and
     /// `search_match_key`: the resource annotations Reloader reads.
     pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String) -> Self {
-        Compactor {
-            workload_keys,
-            ignore_key,
-            search_match_key,
-        }
+        Compactor { workload_keys, ignore_key, search_match_key }
     }
 
     /// Whether this ConfigMap is one of the controller's own.
     pub fn is_internal(cm: &SlimConfigMap) -> bool {
-        cm.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(INTERNAL_LABEL))
+        cm.metadata.labels.as_ref().is_some_and(|l| l.contains_key(INTERNAL_LABEL))
     }
 
     pub fn configmap(&self, cm: &SlimConfigMap) -> ResourceState {
-        let binary: BTreeMap<String, Vec<u8>> = cm
-            .binary_data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect();
+        let binary: BTreeMap<String, Vec<u8>> = cm.binary_data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
         self.resource_state(&cm.metadata, DataHash::of_configmap(&cm.data, &binary))
     }
 
     pub fn secret(&self, secret: &SlimSecret) -> ResourceState {
-        let data: BTreeMap<String, Vec<u8>> = secret
-            .data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.0.clone()))
-            .collect();
+        let data: BTreeMap<String, Vec<u8>> = secret.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
         self.resource_state(&secret.metadata, DataHash::of_secret(&data))
     }
 
     fn resource_state(&self, meta: &ObjectMeta, hash: DataHash) -> ResourceState {
-        let is_true = |key: &str| {
-            meta.annotations
-                .as_ref()
-                .and_then(|a| a.get(key))
-                .is_some_and(|v| v == "true")
-        };
-        ResourceState {
-            hash,
-            ignored: is_true(&self.ignore_key),
-            search_match: is_true(&self.search_match_key),
-        }
+        let is_true = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+        ResourceState { hash, ignored: is_true(&self.ignore_key), search_match: is_true(&self.search_match_key) }
     }
 
     /// `None` for an object without namespace or name, which the API server never sends.
-    pub fn workload(
-        &self,
-        kind: WorkloadKind,
-        meta: &ObjectMeta,
-        template: &WirePodTemplate,
-    ) -> Option<Workload> {
+    pub fn workload(&self, kind: WorkloadKind, meta: &ObjectMeta, template: &WirePodTemplate) -> Option<Workload> {
         let key = WorkloadKey {
             kind,
             namespace: Arc::from(meta.namespace.as_deref()?),
@@ -288,12 +258,7 @@ impl Compactor {
             template: PodTemplate {
                 annotations: self.keep(Some(&template.metadata.annotations)),
                 containers: template.spec.containers.iter().map(container).collect(),
-                init_containers: template
-                    .spec
-                    .init_containers
-                    .iter()
-                    .map(container)
-                    .collect(),
+                init_containers: template.spec.init_containers.iter().map(container).collect(),
                 volumes: template.spec.volumes.iter().map(volume).collect(),
             },
         })
@@ -314,31 +279,15 @@ fn container(c: &WireContainer) -> Container {
     let mut recorded = Vec::new();
     for var in &c.env {
         if let Some(from) = &var.value_from {
-            push_named(
-                &mut env_refs,
-                ResourceKind::ConfigMap,
-                from.config_map_key_ref.as_ref(),
-            );
-            push_named(
-                &mut env_refs,
-                ResourceKind::Secret,
-                from.secret_key_ref.as_ref(),
-            );
+            push_named(&mut env_refs, ResourceKind::ConfigMap, from.config_map_key_ref.as_ref());
+            push_named(&mut env_refs, ResourceKind::Secret, from.secret_key_ref.as_ref());
         } else if var.name.starts_with(RECORD_PREFIX) {
             recorded.push((var.name.clone(), var.value.clone().unwrap_or_default()));
         }
     }
     for from in &c.env_from {
-        push_named(
-            &mut env_refs,
-            ResourceKind::ConfigMap,
-            from.config_map_ref.as_ref(),
-        );
-        push_named(
-            &mut env_refs,
-            ResourceKind::Secret,
-            from.secret_ref.as_ref(),
-        );
+        push_named(&mut env_refs, ResourceKind::ConfigMap, from.config_map_ref.as_ref());
+        push_named(&mut env_refs, ResourceKind::Secret, from.secret_ref.as_ref());
     }
     Container {
         name: c.name.clone(),
@@ -358,24 +307,13 @@ fn volume(v: &WireVolume) -> Volume {
         push_named(&mut sources, ResourceKind::ConfigMap, p.config_map.as_ref());
         push_named(&mut sources, ResourceKind::Secret, p.secret.as_ref());
     }
-    if let Some(class) = v
-        .csi
-        .as_ref()
-        .and_then(|c| c.volume_attributes.get(SPC_ATTRIBUTE))
-    {
+    if let Some(class) = v.csi.as_ref().and_then(|c| c.volume_attributes.get(SPC_ATTRIBUTE)) {
         sources.push((ResourceKind::SecretProviderClass, class.clone()));
     }
-    Volume {
-        name: v.name.clone(),
-        sources,
-    }
+    Volume { name: v.name.clone(), sources }
 }
 
-fn push_named(
-    out: &mut Vec<(ResourceKind, String)>,
-    kind: ResourceKind,
-    named: Option<&OptionalNamed>,
-) {
+fn push_named(out: &mut Vec<(ResourceKind, String)>, kind: ResourceKind, named: Option<&OptionalNamed>) {
     if let Some(name) = named.and_then(|n| n.name.as_ref()) {
         out.push((kind, name.clone()));
     }
@@ -431,17 +369,9 @@ mod tests {
             .workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)
             .expect("has namespace and name");
         assert_eq!(w.resource_version, "7");
-        assert_eq!(
-            w.annotations.len(),
-            1,
-            "only annotation keys the engine reads are kept"
-        );
+        assert_eq!(w.annotations.len(), 1, "only annotation keys the engine reads are kept");
         assert!(w.template.annotations.is_empty());
-        let refs: Vec<_> = w
-            .template
-            .references()
-            .map(|(k, n)| (*k, n.as_str()))
-            .collect();
+        let refs: Vec<_> = w.template.references().map(|(k, n)| (*k, n.as_str())).collect();
         for expected in [
             (ResourceKind::ConfigMap, "cm-a"),
             (ResourceKind::Secret, "s-b"),
@@ -455,10 +385,7 @@ mod tests {
         ] {
             assert!(refs.contains(&expected), "missing {expected:?} in {refs:?}");
         }
-        assert_eq!(
-            w.template.containers[0].recorded,
-            vec![("STAKATER_CM_A_CONFIGMAP".into(), "abc".into())]
-        );
+        assert_eq!(w.template.containers[0].recorded, vec![("STAKATER_CM_A_CONFIGMAP".into(), "abc".into())]);
     }
 
     #[test]
@@ -470,10 +397,7 @@ mod tests {
         }))
         .expect("valid configmap JSON");
         let state = compactor().configmap(&cm);
-        assert_eq!(
-            state.hash.to_string(),
-            "0d58150de76a895b24f4ca213f590766160c4349"
-        );
+        assert_eq!(state.hash.to_string(), "0d58150de76a895b24f4ca213f590766160c4349");
         assert!(!state.ignored, "ignore needs exactly \"true\"");
         assert!(state.search_match);
     }

@@ -23,11 +23,7 @@ impl Controller {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
         std::fs::create_dir_all(&dir).expect("create the test log folder");
         let log = dir.join(format!("{name}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("open the controller log");
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open the controller log");
         let err = file.try_clone().expect("clone the log handle");
         let child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(args)
@@ -41,11 +37,7 @@ impl Controller {
             .kill_on_drop(true)
             .spawn()
             .expect("start the reloader binary");
-        let mut controller = Controller {
-            child: Some(child),
-            port,
-            log,
-        };
+        let mut controller = Controller { child: Some(child), port, log };
         controller.wait_ready().await;
         controller
     }
@@ -57,10 +49,7 @@ impl Controller {
         let deadline = tokio::time::Instant::now() + super::DEADLINE;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "reloader exited with {status} before becoming ready; see {}",
-                    log.display()
-                );
+                panic!("reloader exited with {status} before becoming ready; see {}", log.display());
             }
             if http_get(&url).await.is_some_and(|(code, _)| code == 200) {
                 return;
@@ -75,10 +64,7 @@ impl Controller {
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> String {
         let url = format!("http://127.0.0.1:{}/metrics", self.port);
-        http_get(&url)
-            .await
-            .map(|(_, body)| body)
-            .unwrap_or_default()
+        http_get(&url).await.map(|(_, body)| body).unwrap_or_default()
     }
 
     /// The value of one metric series, e.g. `reloader_reload_executed_total{success="true"}`.
@@ -86,10 +72,7 @@ impl Controller {
         self.metrics()
             .await
             .lines()
-            .find_map(|l| {
-                l.strip_prefix(series)
-                    .and_then(|rest| rest.trim().parse().ok())
-            })
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
             .unwrap_or(0.0)
     }
 
@@ -98,26 +81,13 @@ impl Controller {
         let mut child = self.child.take().expect("running");
         if let Some(pid) = child.id() {
             // The kill command sends SIGTERM without unsafe code in the tests.
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
         }
         let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
             .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "reloader did not stop within 20s; see {}",
-                    self.log.display()
-                )
-            })
+            .unwrap_or_else(|_| panic!("reloader did not stop within 20s; see {}", self.log.display()))
             .expect("wait for reloader");
-        assert!(
-            status.success(),
-            "reloader exited with {status}; see {}",
-            self.log.display()
-        );
+        assert!(status.success(), "reloader exited with {status}; see {}", self.log.display());
     }
 }
 
@@ -134,16 +104,10 @@ async fn http_get(url: &str) -> Option<(u16, String)> {
     let rest = url.strip_prefix("http://")?;
     let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}")))?;
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Some((code, body))
 }

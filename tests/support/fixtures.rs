@@ -64,8 +64,7 @@ impl Workload {
     }
 
     pub fn annotate_template(mut self, key: &str, value: &str) -> Self {
-        self.template_annotations
-            .insert(key.to_string(), value.to_string());
+        self.template_annotations.insert(key.to_string(), value.to_string());
         self
     }
 
@@ -174,18 +173,12 @@ pub async fn patch_secret(client: &Client, ns: &str, name: &str, patch: Value) {
 
 /// Reloader's hash of ConfigMap data, as the workload should record it.
 pub fn cm_hash(data: &[(&str, &str)]) -> String {
-    let map = data
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map = data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     DataHash::of_configmap(&map, &BTreeMap::new()).to_string()
 }
 
 pub fn secret_hash(data: &[(&str, &str)]) -> String {
-    let map = data
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
-        .collect();
+    let map = data.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
     DataHash::of_secret(&map).to_string()
 }
 
@@ -198,11 +191,7 @@ pub struct Recorded {
 }
 
 pub async fn workload_json(client: &Client, ns: &str, kind: Kind, name: &str) -> Value {
-    let object = kind
-        .api(client, ns)
-        .get(name)
-        .await
-        .unwrap_or_else(|e| panic!("get {kind:?} {name}: {e}"));
+    let object = kind.api(client, ns).get(name).await.unwrap_or_else(|e| panic!("get {kind:?} {name}: {e}"));
     serde_json::to_value(object).expect("object to JSON")
 }
 
@@ -216,38 +205,21 @@ pub async fn recorded_env(
 ) -> Option<Recorded> {
     let w = workload_json(client, ns, kind, name).await;
     let var = env_var_name(rname, rkind);
-    let containers = w["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let containers = w["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
     containers.iter().find_map(|c| {
         let env = c["env"].as_array()?;
-        let value = env.iter().find(|e| e["name"] == var.as_str())?["value"]
-            .as_str()?
-            .to_string();
-        Some(Recorded {
-            hash: value,
-            container: c["name"].as_str().unwrap_or_default().to_string(),
-        })
+        let value = env.iter().find(|e| e["name"] == var.as_str())?["value"].as_str()?.to_string();
+        Some(Recorded { hash: value, container: c["name"].as_str().unwrap_or_default().to_string() })
     })
 }
 
-pub async fn recorded_annotation(
-    client: &Client,
-    ns: &str,
-    kind: Kind,
-    name: &str,
-) -> Option<Value> {
+pub async fn recorded_annotation(client: &Client, ns: &str, kind: Kind, name: &str) -> Option<Value> {
     let w = workload_json(client, ns, kind, name).await;
-    let text = w["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
-        .as_str()?
-        .to_string();
+    let text = w["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM].as_str()?.to_string();
     serde_json::from_str(&text).ok()
 }
 
 /// The pod template's generation-visible state: `metadata.generation` of the workload.
 pub async fn generation(client: &Client, ns: &str, kind: Kind, name: &str) -> i64 {
-    workload_json(client, ns, kind, name).await["metadata"]["generation"]
-        .as_i64()
-        .unwrap_or(0)
+    workload_json(client, ns, kind, name).await["metadata"]["generation"].as_i64().unwrap_or(0)
 }

@@ -76,9 +76,7 @@ where
         .await
         .unwrap_or_else(|err| panic!("creating namespace {name}: {err}"));
 
-    let outcome = std::panic::AssertUnwindSafe(test(client, name.clone()))
-        .catch_unwind()
-        .await;
+    let outcome = std::panic::AssertUnwindSafe(test(client, name.clone())).catch_unwind().await;
 
     if let Err(err) = namespaces.delete(&name, &DeleteParams::background()).await {
         eprintln!("warning: deleting test namespace {name}: {err}");
@@ -108,23 +106,9 @@ where
 
 /// A DNS-label-safe prefix of the test name (namespace names are at most 63 characters).
 fn short(test_name: &str) -> String {
-    let cleaned: String = test_name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    cleaned
-        .trim_matches('-')
-        .chars()
-        .take(40)
-        .collect::<String>()
-        .trim_end_matches('-')
-        .to_string()
+    let cleaned: String =
+        test_name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    cleaned.trim_matches('-').chars().take(40).collect::<String>().trim_end_matches('-').to_string()
 }
 
 fn random_suffix() -> String {
@@ -132,10 +116,7 @@ fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
     );
     format!("{:08x}", hasher.finish() as u32)
 }

@@ -35,18 +35,11 @@ where
     );
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     with_temp_ns(&test, |client, ns| async move {
-        let mut all = vec![
-            format!("--namespaces={ns}"),
-            format!("--reload-strategy={strategy}"),
-        ];
+        let mut all = vec![format!("--namespaces={ns}"), format!("--reload-strategy={strategy}")];
         all.extend(args);
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         let controller = Controller::start(&ns, &ns, &refs).await;
-        let ctx = Ctx {
-            client,
-            ns,
-            strategy,
-        };
+        let ctx = Ctx { client, ns, strategy };
         let controller = body(ctx, controller).await;
         controller.stop().await;
     })
@@ -55,17 +48,11 @@ where
 
 impl Ctx {
     /// The hash the workload records for the resource, under this scenario's strategy.
-    pub async fn recorded(
-        &self,
-        kind: Kind,
-        workload: &str,
-        rkind: ResourceKind,
-        rname: &str,
-    ) -> Option<String> {
+    pub async fn recorded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str) -> Option<String> {
         match self.strategy {
-            Strategy::EnvVars => recorded_env(&self.client, &self.ns, kind, workload, rkind, rname)
-                .await
-                .map(|r| r.hash),
+            Strategy::EnvVars => {
+                recorded_env(&self.client, &self.ns, kind, workload, rkind, rname).await.map(|r| r.hash)
+            }
             Strategy::Annotations => {
                 let source = recorded_annotation(&self.client, &self.ns, kind, workload).await?;
                 (source["type"] == rkind.type_suffix() && source["name"] == rname)
@@ -75,35 +62,17 @@ impl Ctx {
     }
 
     /// Wait until the workload records `hash` for the resource.
-    pub async fn wait_reloaded(
-        &self,
-        kind: Kind,
-        workload: &str,
-        rkind: ResourceKind,
-        rname: &str,
-        hash: &str,
-    ) {
-        let what = format!(
-            "{kind:?} {workload} to record {} {rname} = {hash}",
-            rkind.kind()
-        );
+    pub async fn wait_reloaded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str, hash: &str) {
+        let what = format!("{kind:?} {workload} to record {} {rname} = {hash}", rkind.kind());
         wait_for(&what, || async {
-            (self.recorded(kind, workload, rkind, rname).await.as_deref() == Some(hash))
-                .then_some(())
+            (self.recorded(kind, workload, rkind, rname).await.as_deref() == Some(hash)).then_some(())
         })
         .await;
     }
 
     /// Assert the workload does not record `hash` for the resource (call after a sentinel
     /// proved the controller has processed the change).
-    pub async fn assert_not_reloaded(
-        &self,
-        kind: Kind,
-        workload: &str,
-        rkind: ResourceKind,
-        rname: &str,
-        hash: &str,
-    ) {
+    pub async fn assert_not_reloaded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str, hash: &str) {
         let recorded = self.recorded(kind, workload, rkind, rname).await;
         assert_ne!(
             recorded.as_deref(),
@@ -117,15 +86,16 @@ impl Ctx {
 /// Wait until the controller's store holds at least these many workloads, so that changes
 /// made next are matched against them.
 pub async fn wait_stored(controller: &Controller, workloads: usize) {
-    wait_for(
-        &format!("the controller to store {workloads} workloads"),
-        || async {
-            (controller
-                .metric("reloader_store_objects{kind=\"workloads\"}")
-                .await
-                >= workloads as f64)
-                .then_some(())
-        },
-    )
+    wait_for(&format!("the controller to store {workloads} workloads"), || async {
+        (controller.metric("reloader_store_objects{kind=\"workloads\"}").await >= workloads as f64).then_some(())
+    })
+    .await;
+}
+
+/// Wait until the controller's store holds at least these many ConfigMaps and Secrets.
+pub async fn wait_stored_resources(controller: &Controller, resources: usize) {
+    wait_for(&format!("the controller to store {resources} resources"), || async {
+        (controller.metric("reloader_store_objects{kind=\"resources\"}").await >= resources as f64).then_some(())
+    })
     .await;
 }

@@ -6,83 +6,40 @@ fn keys() -> Keys {
 }
 
 fn state() -> ResourceState {
-    ResourceState {
-        hash: DataHash::of_bytes(b"x"),
-        ignored: false,
-        search_match: false,
-    }
+    ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false }
 }
 
 fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 fn container(name: &str) -> Container {
-    Container {
-        name: name.into(),
-        ..Default::default()
-    }
+    Container { name: name.into(), ..Default::default() }
 }
 
 /// A template with one container `app` that uses ConfigMap `cm` through envFrom.
 fn template_using_cm() -> PodTemplate {
     let mut app = container("app");
     app.env_refs.push((ResourceKind::ConfigMap, "cm".into()));
-    PodTemplate {
-        containers: vec![app],
-        ..Default::default()
-    }
+    PodTemplate { containers: vec![app], ..Default::default() }
 }
 
 fn mode_for(meta: &[(&str, &str)], template: &PodTemplate, name: &str) -> Option<Mode> {
-    decide(
-        &keys(),
-        &Options::default(),
-        ResourceKind::ConfigMap,
-        name,
-        &state(),
-        &annotations(meta),
-        template,
-    )
-    .mode
+    decide(&keys(), &Options::default(), ResourceKind::ConfigMap, name, &state(), &annotations(meta), template).mode
 }
 
 #[test]
 fn auto_reloads_for_any_resource_and_needs_a_reference_later() {
-    assert_eq!(
-        mode_for(
-            &[("reloader.stakater.com/auto", "true")],
-            &template_using_cm(),
-            "cm"
-        ),
-        Some(Mode::Auto)
-    );
+    assert_eq!(mode_for(&[("reloader.stakater.com/auto", "true")], &template_using_cm(), "cm"), Some(Mode::Auto));
 }
 
 #[test]
 fn auto_accepts_go_parse_bool_spellings() {
     for value in ["1", "t", "T", "TRUE", "true", "True"] {
-        assert_eq!(
-            mode_for(
-                &[("reloader.stakater.com/auto", value)],
-                &template_using_cm(),
-                "cm"
-            ),
-            Some(Mode::Auto)
-        );
+        assert_eq!(mode_for(&[("reloader.stakater.com/auto", value)], &template_using_cm(), "cm"), Some(Mode::Auto));
     }
     for value in ["0", "f", "F", "FALSE", "false", "False"] {
-        assert_eq!(
-            mode_for(
-                &[("reloader.stakater.com/auto", value)],
-                &template_using_cm(),
-                "cm"
-            ),
-            None
-        );
+        assert_eq!(mode_for(&[("reloader.stakater.com/auto", value)], &template_using_cm(), "cm"), None);
     }
 }
 
@@ -106,24 +63,8 @@ fn unparseable_auto_is_reported_and_counts_as_false() {
 fn typed_auto_only_reacts_to_its_own_kind() {
     let meta = annotations(&[("secret.reloader.stakater.com/auto", "true")]);
     let t = template_using_cm();
-    let cm = decide(
-        &keys(),
-        &Options::default(),
-        ResourceKind::ConfigMap,
-        "cm",
-        &state(),
-        &meta,
-        &t,
-    );
-    let secret = decide(
-        &keys(),
-        &Options::default(),
-        ResourceKind::Secret,
-        "cm",
-        &state(),
-        &meta,
-        &t,
-    );
+    let cm = decide(&keys(), &Options::default(), ResourceKind::ConfigMap, "cm", &state(), &meta, &t);
+    let secret = decide(&keys(), &Options::default(), ResourceKind::Secret, "cm", &state(), &meta, &t);
     assert_eq!(cm.mode, None);
     assert_eq!(secret.mode, Some(Mode::Auto));
 }
@@ -131,17 +72,10 @@ fn typed_auto_only_reacts_to_its_own_kind() {
 #[test]
 fn explicit_list_is_anchored_regex_per_entry() {
     let t = PodTemplate::default();
-    let meta = [(
-        "configmap.reloader.stakater.com/reload",
-        "foo, app-.*-config ,bar",
-    )];
+    let meta = [("configmap.reloader.stakater.com/reload", "foo, app-.*-config ,bar")];
     assert_eq!(mode_for(&meta, &t, "app-web-config"), Some(Mode::Explicit));
     assert_eq!(mode_for(&meta, &t, "foo"), Some(Mode::Explicit));
-    assert_eq!(
-        mode_for(&meta, &t, "xfoo"),
-        None,
-        "entries are anchored at both ends"
-    );
+    assert_eq!(mode_for(&meta, &t, "xfoo"), None, "entries are anchored at both ends");
     assert_eq!(mode_for(&meta, &t, "baz"), None);
 }
 
@@ -149,24 +83,15 @@ fn explicit_list_is_anchored_regex_per_entry() {
 fn explicit_alternation_is_not_grouped_exactly_like_reloader() {
     // `^a|b$` means "starts with a" or "ends with b".
     let meta = [("configmap.reloader.stakater.com/reload", "a|b")];
-    assert_eq!(
-        mode_for(&meta, &PodTemplate::default(), "abc"),
-        Some(Mode::Explicit)
-    );
-    assert_eq!(
-        mode_for(&meta, &PodTemplate::default(), "xxb"),
-        Some(Mode::Explicit)
-    );
+    assert_eq!(mode_for(&meta, &PodTemplate::default(), "abc"), Some(Mode::Explicit));
+    assert_eq!(mode_for(&meta, &PodTemplate::default(), "xxb"), Some(Mode::Explicit));
     assert_eq!(mode_for(&meta, &PodTemplate::default(), "xbx"), None);
 }
 
 #[test]
 fn a_dot_in_an_explicit_name_is_a_wildcard() {
     let meta = [("configmap.reloader.stakater.com/reload", "my.cfg")];
-    assert_eq!(
-        mode_for(&meta, &PodTemplate::default(), "my-cfg"),
-        Some(Mode::Explicit)
-    );
+    assert_eq!(mode_for(&meta, &PodTemplate::default(), "my-cfg"), Some(Mode::Explicit));
 }
 
 #[test]
@@ -186,33 +111,21 @@ fn invalid_regex_entry_is_reported_and_skipped_without_panicking() {
         &annotations(&[("configmap.reloader.stakater.com/reload", "bad[,good")]),
         &PodTemplate::default(),
     );
-    assert_eq!(
-        verdict.mode,
-        Some(Mode::Explicit),
-        "the valid entry still matches"
-    );
+    assert_eq!(verdict.mode, Some(Mode::Explicit), "the valid entry still matches");
     assert_eq!(verdict.problems.len(), 1);
     assert_eq!(verdict.problems[0].value, "bad[");
 }
 
 #[test]
 fn resource_ignore_wins_over_everything() {
-    let ignored = ResourceState {
-        ignored: true,
-        ..state()
-    };
+    let ignored = ResourceState { ignored: true, ..state() };
     let verdict = decide(
         &keys(),
-        &Options {
-            auto_reload_all: true,
-        },
+        &Options { auto_reload_all: true },
         ResourceKind::ConfigMap,
         "cm",
         &ignored,
-        &annotations(&[
-            ("configmap.reloader.stakater.com/reload", "cm"),
-            ("reloader.stakater.com/auto", "true"),
-        ]),
+        &annotations(&[("configmap.reloader.stakater.com/reload", "cm"), ("reloader.stakater.com/auto", "true")]),
         &template_using_cm(),
     );
     assert_eq!(verdict.mode, None);
@@ -221,23 +134,13 @@ fn resource_ignore_wins_over_everything() {
 #[test]
 fn exclude_wins_over_explicit_and_auto_and_is_exact() {
     let meta = [
-        (
-            "configmaps.exclude.reloader.stakater.com/reload",
-            "other, cm",
-        ),
+        ("configmaps.exclude.reloader.stakater.com/reload", "other, cm"),
         ("configmap.reloader.stakater.com/reload", "cm"),
         ("reloader.stakater.com/auto", "true"),
     ];
     assert_eq!(mode_for(&meta, &template_using_cm(), "cm"), None);
-    let regexy = [
-        ("configmaps.exclude.reloader.stakater.com/reload", "c."),
-        ("reloader.stakater.com/auto", "true"),
-    ];
-    assert_eq!(
-        mode_for(&regexy, &template_using_cm(), "cm"),
-        Some(Mode::Auto),
-        "exclude lists are not regexes"
-    );
+    let regexy = [("configmaps.exclude.reloader.stakater.com/reload", "c."), ("reloader.stakater.com/auto", "true")];
+    assert_eq!(mode_for(&regexy, &template_using_cm(), "cm"), Some(Mode::Auto), "exclude lists are not regexes");
 }
 
 #[test]
@@ -254,10 +157,7 @@ fn exclude_on_the_pod_template_is_not_read() {
 fn search_needs_match_on_the_resource() {
     let meta = [("reloader.stakater.com/search", "true")];
     assert_eq!(mode_for(&meta, &template_using_cm(), "cm"), None);
-    let matched = ResourceState {
-        search_match: true,
-        ..state()
-    };
+    let matched = ResourceState { search_match: true, ..state() };
     let verdict = decide(
         &keys(),
         &Options::default(),
@@ -281,45 +181,23 @@ fn pod_template_annotations_are_read_when_metadata_has_none_of_the_keys() {
 fn presence_of_a_key_on_metadata_blocks_the_template_fallback() {
     let mut t = template_using_cm();
     t.annotations = annotations(&[("reloader.stakater.com/auto", "true")]);
-    assert_eq!(
-        mode_for(&[("reloader.stakater.com/auto", "false")], &t, "cm"),
-        None
-    );
+    assert_eq!(mode_for(&[("reloader.stakater.com/auto", "false")], &t, "cm"), None);
 }
 
 #[test]
 fn template_with_configmap_list_does_not_reload_for_a_secret() {
     let mut t = template_using_cm();
     t.annotations = annotations(&[("configmap.reloader.stakater.com/reload", "cm")]);
-    let verdict = decide(
-        &keys(),
-        &Options::default(),
-        ResourceKind::Secret,
-        "cm",
-        &state(),
-        &BTreeMap::new(),
-        &t,
-    );
+    let verdict = decide(&keys(), &Options::default(), ResourceKind::Secret, "cm", &state(), &BTreeMap::new(), &t);
     assert_eq!(verdict.mode, None);
 }
 
 #[test]
 fn auto_reload_all_applies_unless_auto_or_typed_auto_is_set() {
-    let all = Options {
-        auto_reload_all: true,
-    };
+    let all = Options { auto_reload_all: true };
     let t = template_using_cm();
     let run = |meta: &[(&str, &str)]| {
-        decide(
-            &keys(),
-            &all,
-            ResourceKind::ConfigMap,
-            "cm",
-            &state(),
-            &annotations(meta),
-            &t,
-        )
-        .mode
+        decide(&keys(), &all, ResourceKind::ConfigMap, "cm", &state(), &annotations(meta), &t).mode
     };
     assert_eq!(run(&[]), Some(Mode::Auto));
     assert_eq!(run(&[("reloader.stakater.com/auto", "false")]), None);
@@ -345,42 +223,22 @@ fn mounting_template() -> PodTemplate {
     app.volume_mounts.push("config".into());
     PodTemplate {
         containers: vec![sidecar, app],
-        volumes: vec![Volume {
-            name: "config".into(),
-            sources: vec![(ResourceKind::ConfigMap, "cm".into())],
-        }],
+        volumes: vec![Volume { name: "config".into(), sources: vec![(ResourceKind::ConfigMap, "cm".into())] }],
         ..Default::default()
     }
 }
 
 #[test]
 fn the_container_mounting_the_volume_is_chosen() {
-    assert_eq!(
-        target_container(
-            &mounting_template(),
-            ResourceKind::ConfigMap,
-            "cm",
-            Mode::Auto
-        ),
-        Some(1)
-    );
+    assert_eq!(target_container(&mounting_template(), ResourceKind::ConfigMap, "cm", Mode::Auto), Some(1));
 }
 
 #[test]
 fn projected_sources_count_as_a_volume_reference() {
     let mut t = mounting_template();
-    t.volumes[0].sources = vec![
-        (ResourceKind::Secret, "s".into()),
-        (ResourceKind::ConfigMap, "cm".into()),
-    ];
-    assert_eq!(
-        target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto),
-        Some(1)
-    );
-    assert_eq!(
-        target_container(&t, ResourceKind::Secret, "s", Mode::Auto),
-        Some(1)
-    );
+    t.volumes[0].sources = vec![(ResourceKind::Secret, "s".into()), (ResourceKind::ConfigMap, "cm".into())];
+    assert_eq!(target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto), Some(1));
+    assert_eq!(target_container(&t, ResourceKind::Secret, "s", Mode::Auto), Some(1));
 }
 
 #[test]
@@ -390,28 +248,15 @@ fn an_init_container_reference_points_at_the_first_container() {
     let t = PodTemplate {
         containers: vec![container("a"), container("b")],
         init_containers: vec![init],
-        volumes: vec![Volume {
-            name: "config".into(),
-            sources: vec![(ResourceKind::ConfigMap, "cm".into())],
-        }],
+        volumes: vec![Volume { name: "config".into(), sources: vec![(ResourceKind::ConfigMap, "cm".into())] }],
         ..Default::default()
     };
-    assert_eq!(
-        target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto),
-        Some(0)
-    );
+    assert_eq!(target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto), Some(0));
 
     let mut init_env = container("init");
     init_env.env_refs.push((ResourceKind::Secret, "s".into()));
-    let t = PodTemplate {
-        containers: vec![container("a")],
-        init_containers: vec![init_env],
-        ..Default::default()
-    };
-    assert_eq!(
-        target_container(&t, ResourceKind::Secret, "s", Mode::Auto),
-        Some(0)
-    );
+    let t = PodTemplate { containers: vec![container("a")], init_containers: vec![init_env], ..Default::default() };
+    assert_eq!(target_container(&t, ResourceKind::Secret, "s", Mode::Auto), Some(0));
 }
 
 #[test]
@@ -421,45 +266,22 @@ fn env_reference_is_used_when_no_volume_is_mounted() {
     let t = PodTemplate {
         containers: vec![container("a"), b],
         // Declared but mounted by nobody: falls through to env references.
-        volumes: vec![Volume {
-            name: "unused".into(),
-            sources: vec![(ResourceKind::ConfigMap, "cm".into())],
-        }],
+        volumes: vec![Volume { name: "unused".into(), sources: vec![(ResourceKind::ConfigMap, "cm".into())] }],
         ..Default::default()
     };
-    assert_eq!(
-        target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto),
-        Some(1)
-    );
+    assert_eq!(target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto), Some(1));
 }
 
 #[test]
 fn explicit_without_reference_takes_the_first_container_auto_takes_none() {
-    let t = PodTemplate {
-        containers: vec![container("a"), container("b")],
-        ..Default::default()
-    };
-    assert_eq!(
-        target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Explicit),
-        Some(0)
-    );
-    assert_eq!(
-        target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto),
-        None
-    );
+    let t = PodTemplate { containers: vec![container("a"), container("b")], ..Default::default() };
+    assert_eq!(target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Explicit), Some(0));
+    assert_eq!(target_container(&t, ResourceKind::ConfigMap, "cm", Mode::Auto), None);
 }
 
 #[test]
 fn no_containers_means_no_target() {
-    assert_eq!(
-        target_container(
-            &PodTemplate::default(),
-            ResourceKind::ConfigMap,
-            "cm",
-            Mode::Explicit
-        ),
-        None
-    );
+    assert_eq!(target_container(&PodTemplate::default(), ResourceKind::ConfigMap, "cm", Mode::Explicit), None);
 }
 
 #[test]
@@ -474,13 +296,5 @@ fn csi_volume_names_the_secret_provider_class() {
         }],
         ..Default::default()
     };
-    assert_eq!(
-        target_container(
-            &t,
-            ResourceKind::SecretProviderClass,
-            "vault-spc",
-            Mode::Auto
-        ),
-        Some(0)
-    );
+    assert_eq!(target_container(&t, ResourceKind::SecretProviderClass, "vault-spc", Mode::Auto), Some(0));
 }

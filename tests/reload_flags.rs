@@ -1,0 +1,225 @@
+//! Reloader's flags, proven on the real API server.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
+use serde_json::json;
+use support::controller::Controller;
+use support::fixtures::{
+    Kind, Workload, cm_hash, create_configmap, create_secret, patch_configmap, patch_secret, recorded_annotation,
+    recorded_env, secret_hash,
+};
+use support::scenario::{Ctx, scenario, wait_stored, wait_stored_resources};
+use support::{wait_for, with_temp_ns};
+
+#[tokio::test]
+async fn auto_reload_all_reloads_unannotated_workloads_unless_they_opt_out() {
+    scenario("auto-all", Strategy::EnvVars, &["--auto-reload-all"], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "plain").env_from_configmap("cm").create(c, ns).await;
+        Workload::new(Kind::Deployment, "opted-out")
+            .annotate("reloader.stakater.com/auto", "false")
+            .env_from_configmap("cm")
+            .create(c, ns)
+            .await;
+        wait_stored(&controller, 2).await;
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let hash = cm_hash(&[("k", "2")]);
+        ctx.wait_reloaded(Kind::Deployment, "plain", Cm, "cm", &hash).await;
+        ctx.assert_not_reloaded(Kind::Deployment, "opted-out", Cm, "cm", &hash).await;
+        controller
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn resources_to_ignore_stops_watching_that_kind() {
+    scenario("ignore-cms", Strategy::EnvVars, &["--resources-to-ignore=configMaps"], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        create_secret(c, ns, "sec", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "secretRef": { "name": "sec" } }] }))
+            .create(c, ns)
+            .await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        patch_secret(c, ns, "sec", json!({ "stringData": { "k": "2" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Secret, "sec", &secret_hash(&[("k", "2")])).await;
+        ctx.assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        let events = controller.metric("reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"}").await;
+        assert_eq!(events, 0.0, "ConfigMaps must not even be watched");
+        controller
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn resource_label_selector_filters_configmaps_and_secrets() {
+    scenario(
+        "label-selector",
+        Strategy::Annotations,
+        &["--resource-label-selector=reload=yes"],
+        |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "plain", &[("k", "1")]).await;
+            create_configmap(c, ns, "labelled", &[("k", "1")]).await;
+            patch_configmap(c, ns, "labelled", json!({ "metadata": { "labels": { "reload": "yes" } } })).await;
+            Workload::new(Kind::Deployment, "uses-plain").auto().env_from_configmap("plain").create(c, ns).await;
+            Workload::new(Kind::Deployment, "uses-labelled").auto().env_from_configmap("labelled").create(c, ns).await;
+            wait_stored(&controller, 2).await;
+            patch_configmap(c, ns, "plain", json!({ "data": { "k": "2" } })).await;
+            patch_configmap(c, ns, "labelled", json!({ "data": { "k": "2" } })).await;
+            let hash = cm_hash(&[("k", "2")]);
+            ctx.wait_reloaded(Kind::Deployment, "uses-labelled", Cm, "labelled", &hash).await;
+            ctx.assert_not_reloaded(Kind::Deployment, "uses-plain", Cm, "plain", &hash).await;
+            controller
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn reload_on_create_reloads_for_a_resource_that_appears() {
+    for (flag, expect_reload) in [("--reload-on-create=true", true), ("--reload-on-create=yes", false)] {
+        scenario("on-create", Strategy::EnvVars, &[flag], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "sentinel", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("late").create(c, ns).await;
+            Workload::new(Kind::Deployment, "canary").auto().env_from_configmap("sentinel").create(c, ns).await;
+            wait_stored(&controller, 2).await;
+            create_configmap(c, ns, "late", &[("k", "1")]).await;
+            let hash = cm_hash(&[("k", "1")]);
+            if expect_reload {
+                ctx.wait_reloaded(Kind::Deployment, "web", Cm, "late", &hash).await;
+            } else {
+                // Only the exact string "true" enables it, as in Reloader v1.
+                patch_configmap(c, ns, "sentinel", json!({ "data": { "k": "2" } })).await;
+                ctx.wait_reloaded(Kind::Deployment, "canary", Cm, "sentinel", &cm_hash(&[("k", "2")])).await;
+                ctx.assert_not_reloaded(Kind::Deployment, "web", Cm, "late", &hash).await;
+            }
+            controller
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn reload_on_delete_removes_the_env_var_or_records_the_delete_marker() {
+    for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+        scenario("on-delete", strategy, &["--reload-on-delete=true"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+            wait_stored(&controller, 1).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+
+            Api::<ConfigMap>::namespaced(c.clone(), ns)
+                .delete("cm", &DeleteParams::default())
+                .await
+                .expect("delete cm");
+            match ctx.strategy {
+                Strategy::EnvVars => {
+                    wait_for("the env var to be removed", || async {
+                        recorded_env(c, ns, Kind::Deployment, "web", Cm, "cm").await.is_none().then_some(())
+                    })
+                    .await
+                }
+                Strategy::Annotations => {
+                    ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", "aae45badef99284e4dae01d6046154ea9d99532f")
+                        .await
+                }
+            }
+            controller
+        })
+        .await;
+    }
+}
+
+async fn create_namespace(ctx: &Ctx, name: &str, labels: serde_json::Value) {
+    let ns: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).expect("namespace JSON");
+    Api::<Namespace>::all(ctx.client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+}
+
+#[tokio::test]
+async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_changes() {
+    with_temp_ns("ns-selector", |client, home| async move {
+        let ctx = Ctx { client: client.clone(), ns: home.clone(), strategy: Strategy::EnvVars };
+        let selected = format!("{home}-sel");
+        let ignored = format!("{home}-ign");
+        let unlabelled = format!("{home}-unl");
+        let label = json!({ "reloader-fleet.test/selector": home, support::TEST_LABEL: "ns-selector" });
+        create_namespace(&ctx, &selected, label.clone()).await;
+        create_namespace(&ctx, &ignored, label.clone()).await;
+        create_namespace(&ctx, &unlabelled, json!({ support::TEST_LABEL: "ns-selector" })).await;
+        for ns in [&selected, &ignored, &unlabelled] {
+            create_configmap(&client, ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
+        }
+        let selector = format!("--namespace-selector=reloader-fleet.test/selector:{home}");
+        let ignore = format!("--namespaces-to-ignore={ignored}");
+        let controller = Controller::start(&home, &home, &[selector.as_str(), ignore.as_str()]).await;
+        wait_stored(&controller, 1).await;
+
+        let hash = cm_hash(&[("k", "2")]);
+        for ns in [&ignored, &unlabelled, &selected] {
+            patch_configmap(&client, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        }
+        let in_ns = |ns: &str| Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+        in_ns(&selected).wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
+        in_ns(&ignored).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
+        in_ns(&unlabelled).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
+
+        // Labelling a namespace at run time brings it into the selection.
+        let patch = json!({ "metadata": { "labels": { "reloader-fleet.test/selector": home } } });
+        Api::<Namespace>::all(client.clone())
+            .patch(&unlabelled, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("label namespace");
+        wait_stored(&controller, 2).await;
+        // Its ConfigMaps too (each namespace also holds kube-root-ca.crt), before the change.
+        wait_stored_resources(&controller, 4).await;
+        patch_configmap(&client, &unlabelled, "cm", json!({ "data": { "k": "3" } })).await;
+        in_ns(&unlabelled).wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "3")])).await;
+
+        controller.stop().await;
+        for ns in [&selected, &ignored, &unlabelled] {
+            let _ = Api::<Namespace>::all(client.clone()).delete(ns, &DeleteParams::background()).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn annotations_strategy_writes_reloaders_json() {
+    scenario("annotation-json", Strategy::Annotations, &[], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "side" }))
+            .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }] }))
+            .create(c, ns)
+            .await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        let source = recorded_annotation(c, ns, Kind::Deployment, "web").await.expect("annotation written");
+        let keys: Vec<&str> = source.as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), 6);
+        assert_eq!(source["type"], "CONFIGMAP");
+        assert_eq!(source["namespace"], ns);
+        assert_eq!(source["containerRefs"], json!(["app"]));
+        assert!(source["observedAt"].is_i64());
+        controller
+    })
+    .await;
+}
