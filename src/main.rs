@@ -93,14 +93,19 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    let state = admin::AdminState::default();
+    let api_calls = admin::ApiCalls::register(&state.registry).context("registering API call metrics")?;
     // Kubeconfig from $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
-        .context("cannot build a Kubernetes client from the kubeconfig or in-cluster config")?;
+        .context("cannot build a Kubernetes client config from the kubeconfig or in-cluster config")?;
+    let client = kube::client::ClientBuilder::try_from(kube_config)
+        .context("cannot build a Kubernetes client")?
+        .with_layer(&api_calls.layer())
+        .build();
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
 
-    let state = admin::AdminState::default();
     let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
     let by_namespace = std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
     let reload_metrics =
@@ -138,8 +143,8 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
     let (synced_tx, synced_rx) = latest::channel(false);
+    let (reconciled_tx, mut ready_rx) = latest::channel(false);
 
-    let mut ready_rx = synced_rx.clone();
     let ready = state.ready.clone();
     let readiness = tokio::spawn(async move {
         if ready_rx.wait_for(|s| *s).await.is_ok() {
@@ -152,8 +157,15 @@ async fn main() -> anyhow::Result<()> {
             .instrument(info_span!("watch")),
     );
     let mut engine_task = tokio::spawn(
-        reload::run(client, engine_config, store, reload_metrics, changes_rx, synced_rx, shutdown.clone())
-            .instrument(info_span!("reload")),
+        reload::run(
+            client,
+            engine_config,
+            reload::Inputs { store, changes: changes_rx, synced: synced_rx },
+            reload_metrics,
+            reconciled_tx,
+            shutdown.clone(),
+        )
+        .instrument(info_span!("reload")),
     );
     info!(addr = %metrics_addr, "admin server listening");
 

@@ -3,6 +3,8 @@
 //! Reloader serves everything on `:9090` (`/metrics`, `/live`), and v2 adds `/healthz` and
 //! `/readyz`; one server here answers all of them so that existing probes keep working.
 
+mod api_calls;
 mod router;
 
+pub use api_calls::ApiCalls;
 pub use router::{AdminState, Error, router, serve};

@@ -79,8 +79,19 @@ enum Transition {
     Deleted,
 }
 
+/// What the engine reads from the watch room.
+pub struct Inputs {
+    /// The store the watch task keeps current.
+    pub store: Store,
+    /// Changes from the watch task, which owns the sending side; closed when it stops.
+    pub changes: mpsc::Receiver<Change>,
+    /// True once every watch finished its first list.
+    pub synced: watch::Receiver<bool>,
+}
+
 /// Run the engine until `shutdown`: wait for the watches' first sync, reconcile the store
-/// against the checkpoint, then act on every change received.
+/// against the checkpoint, then act on every change received. `reconciled` turns true once
+/// the first reconcile is done (what readiness waits for).
 ///
 /// # Errors
 /// [`Error::LoadCheckpoint`] if the checkpoint cannot be read at start; [`Error::WatchGone`]
@@ -88,12 +99,12 @@ enum Transition {
 pub async fn run(
     client: Client,
     config: Config,
-    store: Store,
+    inputs: Inputs,
     metrics: Metrics,
-    mut changes: mpsc::Receiver<Change>,
-    mut synced: watch::Receiver<bool>,
+    reconciled: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let Inputs { store, mut changes, mut synced } = inputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
         res = synced.wait_for(|s| *s) => { res.map_err(|_| Error::WatchGone)?; }
@@ -120,6 +131,7 @@ pub async fn run(
     for (change, forced) in initial {
         engine.handle(change, forced).await;
     }
+    reconciled.send_replace(true);
 
     let mut save_at: Option<Instant> = Some(Instant::now());
     loop {

@@ -1,0 +1,60 @@
+//! After the initial sync, changes cost exactly the writes they need: no LIST and no GET
+//! (Reloader issues one LIST per workload kind per change). Counted by the controller's own
+//! client layer, `reloader_api_requests_total{verb, resource}`.
+
+mod support;
+
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::json;
+use support::controller::Controller;
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
+use support::scenario::{scenario, wait_stored};
+
+const WORKLOADS: usize = 4;
+const UPDATES: usize = 6;
+
+/// Sum of `reloader_api_requests_total` over series whose labels contain every filter.
+async fn calls(controller: &Controller, filters: &[&str]) -> f64 {
+    controller
+        .metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("reloader_api_requests_total{") && filters.iter().all(|f| l.contains(f)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn changes_cost_only_their_writes_and_no_list_or_get() {
+    scenario("api-calls", Strategy::EnvVars, &[], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "0")]).await;
+        for i in 0..WORKLOADS {
+            Workload::new(Kind::Deployment, &format!("web-{i}")).auto().env_from_configmap("cm").create(c, ns).await;
+        }
+        wait_stored(&controller, WORKLOADS).await;
+        let lists = calls(&controller, &["verb=\"list\""]).await;
+        let gets = calls(&controller, &["verb=\"get\""]).await;
+        let patches = calls(&controller, &["verb=\"patch\"", "resource=\"deployments\""]).await;
+
+        for n in 1..=UPDATES {
+            let value = n.to_string();
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": value } })).await;
+            let hash = cm_hash(&[("k", &value)]);
+            for i in 0..WORKLOADS {
+                ctx.wait_reloaded(Kind::Deployment, &format!("web-{i}"), Cm, "cm", &hash).await;
+            }
+        }
+
+        let new_lists = calls(&controller, &["verb=\"list\""]).await - lists;
+        let new_gets = calls(&controller, &["verb=\"get\""]).await - gets;
+        let new_patches = calls(&controller, &["verb=\"patch\"", "resource=\"deployments\""]).await - patches;
+        println!("{UPDATES} updates x {WORKLOADS} workloads: {new_patches} PATCH, {new_lists} LIST, {new_gets} GET");
+        assert_eq!(new_lists, 0.0, "a change must not LIST");
+        assert_eq!(new_gets, 0.0, "a change must not GET");
+        assert_eq!(new_patches, (UPDATES * WORKLOADS) as f64, "exactly one PATCH per workload per change");
+        controller
+    })
+    .await;
+}

@@ -1,0 +1,133 @@
+//! No update lost and none applied twice across restarts, crashes and replays (DESIGN
+//! principles 1 and 2), on the real API server.
+
+mod support;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::json;
+use support::controller::Controller;
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
+use support::scenario::{Ctx, wait_stored};
+use support::with_temp_ns;
+
+const CHECKPOINT: &str = "reloader-fleet-checkpoint";
+
+async fn checkpoint_line(ctx: &Ctx, name: &str) -> Option<String> {
+    let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.ns).get_opt(CHECKPOINT).await.ok()??;
+    let text = cm.data?.get("checkpoint")?.clone();
+    text.lines().find(|l| l.split(' ').nth(2) == Some(name)).map(str::to_string)
+}
+
+/// Start a controller scoped to the context's namespace.
+async fn start(ctx: &Ctx, name: &str) -> Controller {
+    let ns = format!("--namespaces={}", ctx.ns);
+    let strategy = format!("--reload-strategy={}", ctx.strategy);
+    Controller::start(&format!("{}-{name}", ctx.ns), &ctx.ns, &[ns.as_str(), strategy.as_str()]).await
+}
+
+#[tokio::test]
+async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
+    for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+        with_temp_ns("replay", |client, ns| async move {
+            let ctx = Ctx { client, ns, strategy };
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            create_configmap(c, ns, "other", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web")
+                .auto()
+                .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "configMapRef": { "name": "other" } }] }))
+                .create(c, ns)
+                .await;
+            let first = start(&ctx, "first").await;
+            wait_stored(&first, 1).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+            // A second resource overwrites last-reloaded-from in the annotations strategy.
+            patch_configmap(c, ns, "other", json!({ "data": { "k": "2" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "other", &cm_hash(&[("k", "2")])).await;
+            first.stop().await;
+            // A graceful stop saves the checkpoint.
+            let old_line = checkpoint_line(&ctx, "cm").await;
+            let rolled = generation(c, ns, Kind::Deployment, "web").await;
+
+            // A plain restart.
+            let second = start(&ctx, "second").await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, rolled, "a restart rolled the workload");
+            second.stop().await;
+
+            // A crash before the checkpoint was saved: the checkpoint still holds the old hash of
+            // `cm`, so the next start replays that change. The workload already records it.
+            let stale = format!("C {ns} cm {:016x}", u64::from_str_radix(&cm_hash(&[("k", "1")])[..16], 16).unwrap_or(0));
+            let current = Api::<ConfigMap>::namespaced(c.clone(), ns).get(CHECKPOINT).await.expect("checkpoint exists");
+            let text = current.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default();
+            let replaced = text.replace(old_line.as_deref().unwrap_or("<none>"), &stale);
+            assert_ne!(replaced, text, "the checkpoint must hold a line for cm");
+            Api::<ConfigMap>::namespaced(c.clone(), ns)
+                .patch(CHECKPOINT, &PatchParams::default(), &Patch::Merge(json!({ "data": { "checkpoint": replaced } })))
+                .await
+                .expect("rewind the checkpoint");
+            let third = start(&ctx, "third").await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, rolled, "a replayed change rolled the workload again");
+            assert_eq!(
+                third.metric("reloader_reload_executed_total{success=\"true\"}").await,
+                0.0,
+                "the replay must not write"
+            );
+            third.stop().await;
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_change_made_while_stopped_or_crashed_rolls_exactly_once() {
+    with_temp_ns("while-down", |client, ns| async move {
+        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        let first = start(&ctx, "first").await;
+        wait_stored(&first, 1).await;
+        first.stop().await;
+
+        // Changed while stopped (graceful stop: the checkpoint is current).
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        let second = start(&ctx, "second").await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "exactly one rollout");
+
+        // Killed right after acting (no graceful checkpoint save), then changed again.
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "3" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "3")])).await;
+        drop(second); // SIGKILL
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "4" } })).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        let third = start(&ctx, "third").await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "4")])).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "exactly one rollout after a crash");
+        third.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_first_start_takes_the_current_state_as_baseline() {
+    with_temp_ns("baseline", |client, ns| async move {
+        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        let first = start(&ctx, "first").await;
+        wait_stored(&first, 1).await;
+        support::wait_for("the baseline to be checkpointed", || async { checkpoint_line(&ctx, "cm").await }).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "no mass rollout on a first start");
+        first.stop().await;
+    })
+    .await;
+}
