@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use reloader_fleet::reload::{Keys, Strategy};
 use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
+use reloader_fleet::watch::WorkloadKind;
 
 /// A sharded, highly-available drop-in successor to Stakater Reloader.
 #[derive(Debug, Parser)]
@@ -267,6 +268,8 @@ pub struct Settings {
     /// `Some` in namespace-scoped mode.
     pub scoped_namespaces: Option<Vec<String>>,
     pub resource_label_selector: Option<LabelSelector>,
+    /// Workload kinds not removed by `--ignored-workload-types`.
+    pub workload_kinds: Vec<WorkloadKind>,
 }
 
 impl Args {
@@ -284,6 +287,7 @@ impl Args {
         if ignore_configmaps && ignore_secrets {
             bail!("--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched");
         }
+        let mut workload_kinds = WorkloadKind::ALL.to_vec();
         for kind in self.ignored_workload_types.iter().map(|k| k.trim().to_ascii_lowercase()).filter(|k| !k.is_empty())
         {
             const KNOWN: [&str; 14] = [
@@ -307,6 +311,8 @@ impl Args {
                     "invalid --ignored-workload-types value {kind:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
                 );
             }
+            let singular = kind.trim_end_matches('s');
+            workload_kinds.retain(|k| !k.kind().eq_ignore_ascii_case(singular));
         }
         if !matches!(self.log_format.as_str(), "" | "json") {
             bail!("invalid --log-format {:?}: expected json or empty", self.log_format);
@@ -366,6 +372,7 @@ impl Args {
             filter,
             scoped_namespaces: scoped,
             resource_label_selector,
+            workload_kinds,
         })
     }
 }
@@ -446,6 +453,12 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert!(parse_duration("15").is_err());
         assert_eq!(parse_addr(":9090").map(|a| a.port()), Ok(9090));
+    }
+
+    #[test]
+    fn ignored_workload_types_remove_watched_kinds() {
+        let s = args(&["--ignored-workload-types=Deployments,daemonset,jobs"]).settings().expect("valid");
+        assert_eq!(s.workload_kinds, vec![WorkloadKind::StatefulSet]);
     }
 
     #[test]

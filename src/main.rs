@@ -121,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
         watch_configmaps: settings.watch_configmaps,
         watch_secrets: settings.watch_secrets,
         compactor: compactor.clone(),
+        workload_kinds: settings.workload_kinds.clone(),
     };
     let checkpoint_namespace = pod_namespace
         .clone()

@@ -26,10 +26,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
-use crate::reload::{Keys, Metrics, Mode, Options, decide, target_container};
+use crate::reload::{Keys, Metrics, Mode, Options, Rules, target_container};
 use crate::watch::{
-    Cause, Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, Store, Workload,
-    WorkloadKey, WorkloadKind,
+    Cause, Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload, Store,
+    Workload, WorkloadKey, WorkloadKind,
 };
 
 /// Field manager of every write, as Reloader's.
@@ -112,7 +112,9 @@ pub async fn run(
     let mut checkpoint = Checkpoint::new(client.clone(), &config.checkpoint_namespace, &config.checkpoint_name);
     let loaded = checkpoint.load().await.map_err(Error::LoadCheckpoint)?;
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
+    let rules = Rules::new(config.keys.clone(), config.options.clone());
     let mut engine = Engine {
+        rules,
         client,
         config,
         store,
@@ -173,6 +175,7 @@ pub async fn run(
 }
 
 struct Engine {
+    rules: Rules,
     client: Client,
     config: Config,
     store: Store,
@@ -374,15 +377,7 @@ impl Engine {
         target: Target,
         workload: &Arc<Workload>,
     ) -> WriteResult {
-        let verdict = decide(
-            &self.config.keys,
-            &self.config.options,
-            key.kind,
-            &key.name,
-            state,
-            &workload.annotations,
-            &workload.template,
-        );
+        let verdict = self.rules.decide(key.kind, &key.name, state, &workload.annotations, &workload.template);
         if !verdict.problems.is_empty() {
             self.report_problems(workload, &verdict.problems).await;
         }
@@ -449,28 +444,11 @@ impl Engine {
     /// PATCH the workload; `Ok(None)` when it no longer exists.
     async fn patch(&self, key: &WorkloadKey, patch: &Value) -> Result<Option<Workload>, String> {
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() };
-        let c = &self.config.compactor;
         let call = async {
-            let patch = Patch::Strategic(patch);
             match key.kind {
-                WorkloadKind::Deployment => {
-                    let api: Api<SlimDeployment> = Api::namespaced(self.client.clone(), &key.namespace);
-                    api.patch(&key.name, &params, &patch)
-                        .await
-                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
-                }
-                WorkloadKind::DaemonSet => {
-                    let api: Api<SlimDaemonSet> = Api::namespaced(self.client.clone(), &key.namespace);
-                    api.patch(&key.name, &params, &patch)
-                        .await
-                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
-                }
-                WorkloadKind::StatefulSet => {
-                    let api: Api<SlimStatefulSet> = Api::namespaced(self.client.clone(), &key.namespace);
-                    api.patch(&key.name, &params, &patch)
-                        .await
-                        .map(|o| c.workload(key.kind, &o.metadata, &o.spec.template))
-                }
+                WorkloadKind::Deployment => self.patch_as::<SlimDeployment>(key, &params, patch).await,
+                WorkloadKind::DaemonSet => self.patch_as::<SlimDaemonSet>(key, &params, patch).await,
+                WorkloadKind::StatefulSet => self.patch_as::<SlimStatefulSet>(key, &params, patch).await,
             }
         };
         match tokio::time::timeout(API_TIMEOUT, call).await {
@@ -479,6 +457,17 @@ impl Engine {
             Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(None),
             Ok(Err(err)) => Err(err.to_string()),
         }
+    }
+
+    async fn patch_as<K: SlimWorkload>(
+        &self,
+        key: &WorkloadKey,
+        params: &PatchParams,
+        patch: &Value,
+    ) -> Result<Option<Workload>, kube::Error> {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &key.namespace);
+        let updated = api.patch(&key.name, params, &Patch::Strategic(patch)).await?;
+        Ok(self.config.compactor.compact(&updated))
     }
 
     async fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {

@@ -15,5 +15,5 @@ pub use engine::{Config, Error, FIELD_MANAGER, Inputs, run};
 pub use env_var::env_var_name;
 pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, TypedKeys};
 pub use metrics::Metrics;
-pub use rules::{Mode, Options, Problem, Verdict, decide, target_container};
+pub use rules::{Mode, Options, Problem, Rules, Verdict, target_container};
 pub use strategy::{ReloadSource, Strategy, Target, delete_marker, plan};

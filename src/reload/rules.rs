@@ -9,7 +9,7 @@
 //! Explicit lists reload whether or not the workload references the resource; every other rule
 //! requires a reference (a container that uses it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use regex::Regex;
 
@@ -49,75 +49,107 @@ pub struct Problem {
     pub reason: String,
 }
 
-/// Decide whether a change of `resource_name` (of `kind`, with `state`) reloads a workload with
-/// these metadata annotations and pod template.
-pub fn decide(
-    keys: &Keys,
-    options: &Options,
-    kind: ResourceKind,
-    resource_name: &str,
-    state: &ResourceState,
-    workload_annotations: &BTreeMap<String, String>,
-    template: &PodTemplate,
-) -> Verdict {
-    let mut problems = Vec::new();
-    let mode = decide_mode(keys, options, kind, resource_name, state, workload_annotations, template, &mut problems);
-    Verdict { mode, problems }
+/// Compiled explicit-list patterns kept at most; the cache starts over beyond that.
+const PATTERN_CACHE_LIMIT: usize = 10_000;
+
+/// The rules with their settings, plus a cache of compiled explicit-list patterns (an
+/// explicit list is otherwise compiled again for every change of its namespace).
+#[derive(Debug)]
+pub struct Rules {
+    keys: Keys,
+    options: Options,
+    patterns: HashMap<String, Result<Regex, String>>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decide_mode(
-    keys: &Keys,
-    options: &Options,
-    kind: ResourceKind,
-    resource_name: &str,
-    state: &ResourceState,
-    metadata: &BTreeMap<String, String>,
-    template: &PodTemplate,
-    problems: &mut Vec<Problem>,
-) -> Option<Mode> {
-    if state.ignored {
-        return None;
-    }
-    let typed = keys.for_kind(kind);
-
-    // Exclude lists are read from workload metadata only, as in Reloader v1.
-    if let Some(excluded) = metadata.get(typed.exclude)
-        && excluded.split(',').any(|n| n.trim() == resource_name)
-    {
-        return None;
+impl Rules {
+    pub fn new(keys: Keys, options: Options) -> Self {
+        Rules { keys, options, patterns: HashMap::new() }
     }
 
-    // Presence, not value, of any of these keys on metadata decides where they are read from.
-    let selection = [typed.explicit, keys.auto.as_str(), typed.auto, keys.search.as_str()];
-    let source = if selection.iter().any(|k| metadata.contains_key(*k)) { metadata } else { &template.annotations };
-    let read = |key: &str| source.get(key).map(String::as_str).unwrap_or("");
-
-    if let Some(list) = source.get(typed.explicit)
-        && explicit_list_matches(typed.explicit, list, resource_name, problems)
-    {
-        return Some(Mode::Explicit);
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 
-    if read(&keys.search) == "true" && state.search_match {
-        return Some(Mode::Auto);
+    /// Decide whether a change of `resource_name` (of `kind`, with `state`) reloads a workload
+    /// with these metadata annotations and pod template.
+    pub fn decide(
+        &mut self,
+        kind: ResourceKind,
+        resource_name: &str,
+        state: &ResourceState,
+        metadata: &BTreeMap<String, String>,
+        template: &PodTemplate,
+    ) -> Verdict {
+        let mut problems = Vec::new();
+        let mode = self.decide_mode(kind, resource_name, state, metadata, template, &mut problems);
+        Verdict { mode, problems }
     }
 
-    let auto = read(&keys.auto);
-    let typed_auto = read(typed.auto);
-    let enabled = parse_bool(&keys.auto, auto, problems) || parse_bool(typed.auto, typed_auto, problems);
-    if enabled || (auto.is_empty() && typed_auto.is_empty() && options.auto_reload_all) {
-        return Some(Mode::Auto);
+    fn decide_mode(
+        &mut self,
+        kind: ResourceKind,
+        resource_name: &str,
+        state: &ResourceState,
+        metadata: &BTreeMap<String, String>,
+        template: &PodTemplate,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Mode> {
+        if state.ignored {
+            return None;
+        }
+        let keys = &self.keys;
+        let typed = keys.for_kind(kind);
+
+        // Exclude lists are read from workload metadata only, as in Reloader v1.
+        if let Some(excluded) = metadata.get(typed.exclude)
+            && excluded.split(',').any(|n| n.trim() == resource_name)
+        {
+            return None;
+        }
+
+        // Presence, not value, of any of these keys on metadata decides where they are read from.
+        let selection = [typed.explicit, keys.auto.as_str(), typed.auto, keys.search.as_str()];
+        let source = if selection.iter().any(|k| metadata.contains_key(*k)) { metadata } else { &template.annotations };
+        let read = |key: &str| source.get(key).map(String::as_str).unwrap_or("");
+
+        if let Some(list) = source.get(typed.explicit)
+            && explicit_list_matches(&mut self.patterns, typed.explicit, list, resource_name, problems)
+        {
+            return Some(Mode::Explicit);
+        }
+
+        if read(&keys.search) == "true" && state.search_match {
+            return Some(Mode::Auto);
+        }
+
+        let auto = read(&keys.auto);
+        let typed_auto = read(typed.auto);
+        let enabled = parse_bool(&keys.auto, auto, problems) || parse_bool(typed.auto, typed_auto, problems);
+        if enabled || (auto.is_empty() && typed_auto.is_empty() && self.options.auto_reload_all) {
+            return Some(Mode::Auto);
+        }
+        None
     }
-    None
 }
 
 /// One entry per comma, each trimmed and anchored as `^entry$` (not grouped: `a|b` means
 /// "starts with a or ends with b", exactly as Reloader builds it). A bad entry is reported and
 /// skipped; the others still count.
-fn explicit_list_matches(annotation: &str, list: &str, name: &str, problems: &mut Vec<Problem>) -> bool {
+fn explicit_list_matches(
+    patterns: &mut HashMap<String, Result<Regex, String>>,
+    annotation: &str,
+    list: &str,
+    name: &str,
+    problems: &mut Vec<Problem>,
+) -> bool {
     for entry in list.split(',').map(str::trim) {
-        match Regex::new(&format!("^{entry}$")) {
+        if patterns.len() >= PATTERN_CACHE_LIMIT && !patterns.contains_key(entry) {
+            patterns.clear();
+        }
+        let compiled = patterns
+            .entry(entry.to_string())
+            .or_insert_with(|| Regex::new(&format!("^{entry}$")).map_err(|err| err.to_string()));
+        match compiled {
             Ok(re) if re.is_match(name) => return true,
             Ok(_) => {}
             Err(err) => problems.push(Problem {

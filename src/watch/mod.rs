@@ -18,4 +18,4 @@ pub use object::{
 };
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, run};
-pub use wire::{Compactor, INTERNAL_LABEL, SlimDaemonSet, SlimDeployment, SlimStatefulSet};
+pub use wire::{Compactor, INTERNAL_LABEL, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload};

@@ -28,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shard::{LabelSelector, NamespaceFilter};
-use crate::watch::wire::{Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet};
+use crate::watch::wire::{
+    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet, SlimWorkload,
+};
 use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
 
 /// What to watch and what to keep.
@@ -45,6 +47,8 @@ pub struct Config {
     pub watch_secrets: bool,
     /// Turns wire objects into stored forms (which annotation keys to keep).
     pub compactor: Compactor,
+    /// Workload kinds to watch (`--ignored-workload-types` removes some).
+    pub workload_kinds: Vec<WorkloadKind>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -278,33 +282,16 @@ impl WatchTask {
                     Incoming::Secret,
                 ));
             }
-            let c = self.compactor.clone();
-            let id = self.add_stream(&scope);
-            merged.push(tagged(
-                id,
-                watch_kind::<SlimDeployment>(client, &scope, watcher::Config::default()).map(move |r| {
-                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::Deployment, &d.metadata, &d.spec.template)))
-                }),
-                |e| Incoming::Workload(WorkloadKind::Deployment, e),
-            ));
-            let c = self.compactor.clone();
-            let id = self.add_stream(&scope);
-            merged.push(tagged(
-                id,
-                watch_kind::<SlimDaemonSet>(client, &scope, watcher::Config::default()).map(move |r| {
-                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::DaemonSet, &d.metadata, &d.spec.template)))
-                }),
-                |e| Incoming::Workload(WorkloadKind::DaemonSet, e),
-            ));
-            let c = self.compactor.clone();
-            let id = self.add_stream(&scope);
-            merged.push(tagged(
-                id,
-                watch_kind::<SlimStatefulSet>(client, &scope, watcher::Config::default()).map(move |r| {
-                    r.map(|e| map_event(e, |d| c.workload(WorkloadKind::StatefulSet, &d.metadata, &d.spec.template)))
-                }),
-                |e| Incoming::Workload(WorkloadKind::StatefulSet, e),
-            ));
+            for kind in self.config.workload_kinds.clone() {
+                let id = self.add_stream(&scope);
+                merged.push(match kind {
+                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, &scope, &self.compactor),
+                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, &scope, &self.compactor),
+                    WorkloadKind::StatefulSet => {
+                        workload_stream::<SlimStatefulSet>(id, client, &scope, &self.compactor)
+                    }
+                });
+            }
         }
         merged
     }
@@ -452,6 +439,18 @@ where
         None => Api::all(client.clone()),
     };
     watcher::watcher(api, config).default_backoff()
+}
+
+fn workload_stream<K: SlimWorkload>(
+    id: usize,
+    client: &Client,
+    scope: &Option<String>,
+    compactor: &Compactor,
+) -> Pin<Box<dyn Stream<Item = Tagged> + Send>> {
+    let compactor = compactor.clone();
+    let stream = watch_kind::<K>(client, scope, watcher::Config::default())
+        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
+    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
 }
 
 fn tagged<K: 'static, S>(

@@ -87,6 +87,33 @@ pub struct SlimStatefulSet {
 }
 slim_resource!(SlimStatefulSet, "apps", "v1", "StatefulSet", "statefulsets");
 
+/// A slim workload type: which kind it is and where its pod template sits.
+pub trait SlimWorkload:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + serde::de::DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+    + Send
+    + 'static
+{
+    const KIND: WorkloadKind;
+    fn template(&self) -> &WirePodTemplate;
+}
+
+macro_rules! slim_workload {
+    ($ty:ident, $kind:expr) => {
+        impl SlimWorkload for $ty {
+            const KIND: WorkloadKind = $kind;
+            fn template(&self) -> &WirePodTemplate {
+                &self.spec.template
+            }
+        }
+    };
+}
+slim_workload!(SlimDeployment, WorkloadKind::Deployment);
+slim_workload!(SlimDaemonSet, WorkloadKind::DaemonSet);
+slim_workload!(SlimStatefulSet, WorkloadKind::StatefulSet);
+
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct TemplateSpec {
     #[serde(default)]
@@ -241,6 +268,11 @@ impl Compactor {
     fn resource_state(&self, meta: &ObjectMeta, hash: DataHash) -> ResourceState {
         let is_true = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
         ResourceState { hash, ignored: is_true(&self.ignore_key), search_match: is_true(&self.search_match_key) }
+    }
+
+    /// The stored form of a slim workload; `None` without namespace or name (never sent).
+    pub fn compact<K: SlimWorkload>(&self, object: &K) -> Option<Workload> {
+        self.workload(K::KIND, object.meta(), object.template())
     }
 
     /// `None` for an object without namespace or name, which the API server never sends.

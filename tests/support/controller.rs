@@ -19,6 +19,16 @@ impl Controller {
     /// Start `reloader` with `args`, its checkpoint in `home_namespace`, and wait until it is
     /// ready (every watch listed). Logs go to `target/test-logs/<name>.log`.
     pub async fn start(name: &str, home_namespace: &str, args: &[&str]) -> Controller {
+        Self::start_with_kubeconfig(name, home_namespace, args, &kubeconfig_path()).await
+    }
+
+    /// Like [`Controller::start`], with credentials from another kubeconfig.
+    pub async fn start_with_kubeconfig(
+        name: &str,
+        home_namespace: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Controller {
         let port = free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
         std::fs::create_dir_all(&dir).expect("create the test log folder");
@@ -28,7 +38,7 @@ impl Controller {
         let child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(args)
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
-            .env("KUBECONFIG", kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", home_namespace)
             .env("POD_NAME", name)
             .env("RUST_LOG", "info,reloader_fleet=debug,kube=warn")

@@ -24,6 +24,18 @@ fn template_using_cm() -> PodTemplate {
     PodTemplate { containers: vec![app], ..Default::default() }
 }
 
+fn decide(
+    keys: &Keys,
+    options: &Options,
+    kind: ResourceKind,
+    name: &str,
+    state: &ResourceState,
+    metadata: &BTreeMap<String, String>,
+    template: &PodTemplate,
+) -> Verdict {
+    Rules::new(keys.clone(), options.clone()).decide(kind, name, state, metadata, template)
+}
+
 fn mode_for(meta: &[(&str, &str)], template: &PodTemplate, name: &str) -> Option<Mode> {
     decide(&keys(), &Options::default(), ResourceKind::ConfigMap, name, &state(), &annotations(meta), template).mode
 }
@@ -297,4 +309,18 @@ fn csi_volume_names_the_secret_provider_class() {
         ..Default::default()
     };
     assert_eq!(target_container(&t, ResourceKind::SecretProviderClass, "vault-spc", Mode::Auto), Some(0));
+}
+
+#[test]
+fn a_cached_pattern_decides_like_a_fresh_one() {
+    let mut rules = Rules::new(keys(), Options::default());
+    let meta = annotations(&[("configmap.reloader.stakater.com/reload", "app-.*, bad[")]);
+    let t = PodTemplate::default();
+    for _ in 0..3 {
+        let hit = rules.decide(ResourceKind::ConfigMap, "app-1", &state(), &meta, &t);
+        assert_eq!(hit.mode, Some(Mode::Explicit));
+        let miss = rules.decide(ResourceKind::ConfigMap, "other", &state(), &meta, &t);
+        assert_eq!(miss.mode, None);
+        assert_eq!(miss.problems.len(), 1, "a cached bad pattern is still reported");
+    }
 }

@@ -1,0 +1,98 @@
+//! The shipped manifests are valid for the real API server, and their RBAC is enough: the
+//! controller runs with the ServiceAccount's own token and reloads.
+
+mod support;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::config::Kubeconfig;
+use kube::{Api, Client};
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::{Value, json};
+use support::controller::Controller;
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
+use support::scenario::{Ctx, wait_stored};
+use support::{kubeconfig_path, with_temp_ns};
+
+const MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader.yaml");
+
+fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObject> {
+    let types = object.types.as_ref().expect("every document has apiVersion and kind");
+    let (group, version) = types.api_version.split_once('/').unwrap_or(("", &types.api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
+    match types.kind.as_str() {
+        "ClusterRole" | "ClusterRoleBinding" => Api::all_with(client.clone(), &resource),
+        _ => Api::namespaced_with(client.clone(), ns, &resource),
+    }
+}
+
+#[tokio::test]
+async fn the_manifest_applies_and_its_rbac_is_enough_to_reload() {
+    with_temp_ns("manifests", |client, ns| async move {
+        // Place everything in the test namespace; cluster-scoped names get the namespace as suffix.
+        let text = MANIFEST.replace("namespace: default", &format!("namespace: {ns}"));
+        let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML");
+        let mut cluster_scoped = Vec::new();
+        for mut document in documents {
+            if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
+                let name = format!("{}-{ns}", document["metadata"]["name"].as_str().unwrap_or_default());
+                document["metadata"]["name"] = json!(name);
+            }
+            if document["kind"] == "ClusterRoleBinding" {
+                document["roleRef"]["name"] = json!(format!("reloader-reloader-role-{ns}"));
+            }
+            let object: DynamicObject = serde_json::from_value(document.clone()).expect("a Kubernetes object");
+            let api = api_for(&client, &object, &ns);
+            // The Deployment's image cannot run here: validate it with a server-side dry run.
+            let params = PostParams { dry_run: document["kind"] == "Deployment", ..PostParams::default() };
+            api.create(&params, &object).await.unwrap_or_else(|e| panic!("apply {}: {e}", document["kind"]));
+            if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
+                cluster_scoped.push((api, object.metadata.name.clone().unwrap_or_default()));
+            }
+        }
+
+        // A kubeconfig with the ServiceAccount's token instead of the admin certificate.
+        let request: TokenRequest =
+            serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
+                .expect("token request JSON");
+        let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+            .create_token_request("reloader-reloader", &PostParams::default(), &request)
+            .await
+            .expect("a token for the ServiceAccount")
+            .status
+            .expect("token status")
+            .token;
+        let token = token.expect("a token in the status");
+        let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
+        let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
+        let kubeconfig = json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{ "name": "local", "cluster": {
+                "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
+            "users": [{ "name": "reloader", "user": { "token": token } }],
+            "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
+            "current-context": "local"
+        });
+        let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}.kubeconfig"));
+        std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
+
+        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
+        // Cluster-wide, as the manifest deploys it, but selecting only this test's namespace.
+        let selector = format!("--namespace-selector={}=manifests", support::TEST_LABEL);
+        let controller = Controller::start_with_kubeconfig(&ns, &ns, &[selector.as_str()], &path).await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        let forbidden = controller.metric("reloader_watch_errors_total").await;
+        assert_eq!(forbidden, 0.0, "no watch may be forbidden with the shipped RBAC");
+        controller.stop().await;
+        for (api, name) in cluster_scoped {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+    })
+    .await;
+}
