@@ -26,7 +26,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
-use crate::reload::{Keys, Metrics, Mode, Options, Rules, target_container};
+use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch, target_container};
 use crate::watch::{
     Cause, Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload, Store,
     Workload, WorkloadKey, WorkloadKind,
@@ -39,6 +39,10 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
 const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
+/// Reported bad annotations remembered at most (then reported again once).
+const REPORTED_LIMIT: usize = 10_000;
+/// How often paused Deployments are checked for the end of their pause period.
+const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
 /// How the engine reloads.
 #[derive(Clone, Debug)]
@@ -136,6 +140,8 @@ pub async fn run(
     reconciled.send_replace(true);
 
     let mut save_at: Option<Instant> = Some(Instant::now());
+    let mut resume_sweep = tokio::time::interval(RESUME_SWEEP);
+    resume_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let save_deadline = save_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
@@ -152,6 +158,7 @@ pub async fn run(
                 let observed = engine.store.resource(&key).map(|s| s.hash);
                 dirty |= engine.handle(Change { key, observed, cause: Cause::Event }, None).await;
             }
+            _ = resume_sweep.tick() => engine.resume_paused().await,
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
                 save_at = None;
                 if let Err(err) = checkpoint.save(&engine.acted).await {
@@ -185,8 +192,8 @@ struct Engine {
     acted: HashMap<ResourceKey, ShortHash>,
     /// Workloads as our own writes left them, until the watch catches up.
     overlay: HashMap<WorkloadKey, Arc<Workload>>,
-    /// Workload versions whose bad annotations were already reported (one Event each).
-    reported: HashSet<(WorkloadKey, String)>,
+    /// Bad annotations already reported, per workload version (one Event each).
+    reported: HashSet<(WorkloadKey, String, String)>,
     retries: DelayQueue<ResourceKey>,
     retry_keys: HashMap<ResourceKey, tokio_util::time::delay_queue::Key>,
     attempts: HashMap<ResourceKey, u32>,
@@ -393,12 +400,17 @@ impl Engine {
         };
         let observed_at =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-        let Some(patch) =
+        let Some(mut patch) =
             strategy::plan(self.config.strategy, workload, key.kind, &key.name, container, target, observed_at)
         else {
             debug!(workload = %workload.key, "hash already recorded");
             return WriteResult::NotNeeded;
         };
+        match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
+            Ok(Some(pause)) => merge_patch(&mut patch, pause),
+            Ok(None) => {}
+            Err(problem) => self.report_problems(workload, &[problem]).await,
+        }
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         let kind = workload.key.kind.kind();
         let started = Instant::now();
@@ -459,6 +471,27 @@ impl Engine {
         }
     }
 
+    /// Resume every Deployment whose Reloader pause period is over.
+    async fn resume_paused(&mut self) {
+        let paused_at = self.rules.keys().paused_at.clone();
+        let now = jiff::Timestamp::now();
+        for stored in self.store.find_workloads(|w| w.annotations.contains_key(&paused_at)) {
+            let workload = self.freshest(stored);
+            let Some(patch) = resume_patch(self.rules.keys(), &workload, now) else { continue };
+            match self.patch(&workload.key, &patch).await {
+                Ok(Some(updated)) => {
+                    info!(workload = %workload.key, "pause period over; rollout resumed");
+                    self.overlay.insert(updated.key.clone(), Arc::new(updated));
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    self.metrics.errors.with_label_values(&["resume_workload"]).inc();
+                    warn!(workload = %workload.key, error = %err, "resuming a paused Deployment failed; will retry");
+                }
+            }
+        }
+    }
+
     async fn patch_as<K: SlimWorkload>(
         &self,
         key: &WorkloadKey,
@@ -471,10 +504,14 @@ impl Engine {
     }
 
     async fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
-        if !self.reported.insert((workload.key.clone(), workload.resource_version.clone())) {
-            return;
+        if self.reported.len() > REPORTED_LIMIT {
+            self.reported.clear();
         }
         for problem in problems {
+            let first = (workload.key.clone(), workload.resource_version.clone(), problem.annotation.clone());
+            if !self.reported.insert(first) {
+                continue;
+            }
             self.metrics.invalid_annotations.inc();
             warn!(
                 workload = %workload.key,

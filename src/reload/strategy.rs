@@ -189,6 +189,7 @@ mod tests {
                 ],
                 ..Default::default()
             },
+            paused: false,
         }
     }
 

@@ -140,6 +140,8 @@ pub struct Workload {
     /// Workload metadata annotations, only the keys the engine reads.
     pub annotations: BTreeMap<String, String>,
     pub template: PodTemplate,
+    /// `spec.paused` (Deployments only; always false for other kinds).
+    pub paused: bool,
 }
 
 /// The pod template parts that reference resources or record reloads.

@@ -68,6 +68,11 @@ impl Store {
         keys.into_iter().filter_map(|k| inner.workloads.get(k).cloned()).collect()
     }
 
+    /// Stored workloads for which `predicate` holds (a scan: for rare, periodic questions).
+    pub fn find_workloads(&self, predicate: impl Fn(&Workload) -> bool) -> Vec<Arc<Workload>> {
+        self.read().workloads.values().filter(|w| predicate(w)).cloned().collect()
+    }
+
     /// Every stored resource with its state: the input of a reconcile after (re)sync.
     pub fn resources(&self) -> Vec<(ResourceKey, ResourceState)> {
         self.read().resources.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -201,6 +206,7 @@ mod tests {
             resource_version: "1".into(),
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             template: PodTemplate { containers: vec![container], ..Default::default() },
+            paused: false,
         }
     }
 

@@ -98,6 +98,7 @@ pub trait SlimWorkload:
 {
     const KIND: WorkloadKind;
     fn template(&self) -> &WirePodTemplate;
+    fn paused(&self) -> bool;
 }
 
 macro_rules! slim_workload {
@@ -106,6 +107,9 @@ macro_rules! slim_workload {
             const KIND: WorkloadKind = $kind;
             fn template(&self) -> &WirePodTemplate {
                 &self.spec.template
+            }
+            fn paused(&self) -> bool {
+                self.spec.paused
             }
         }
     };
@@ -118,6 +122,9 @@ slim_workload!(SlimStatefulSet, WorkloadKind::StatefulSet);
 pub struct TemplateSpec {
     #[serde(default)]
     pub template: WirePodTemplate,
+    /// Deployments only; other kinds have no such field.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -272,7 +279,9 @@ impl Compactor {
 
     /// The stored form of a slim workload; `None` without namespace or name (never sent).
     pub fn compact<K: SlimWorkload>(&self, object: &K) -> Option<Workload> {
-        self.workload(K::KIND, object.meta(), object.template())
+        let mut workload = self.workload(K::KIND, object.meta(), object.template())?;
+        workload.paused = object.paused();
+        Some(workload)
     }
 
     /// `None` for an object without namespace or name, which the API server never sends.
@@ -293,6 +302,7 @@ impl Compactor {
                 init_containers: template.spec.init_containers.iter().map(container).collect(),
                 volumes: template.spec.volumes.iter().map(volume).collect(),
             },
+            paused: false,
         })
     }
 
