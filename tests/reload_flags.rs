@@ -16,57 +16,60 @@ use support::fixtures::{
 use support::scenario::{Ctx, scenario, wait_stored, wait_stored_resources};
 use support::{wait_for, with_temp_ns};
 
+const STRATEGIES: [Strategy; 2] = [Strategy::EnvVars, Strategy::Annotations];
+
 #[tokio::test]
 async fn auto_reload_all_reloads_unannotated_workloads_unless_they_opt_out() {
-    scenario("auto-all", Strategy::EnvVars, &["--auto-reload-all"], |ctx, controller| async move {
-        let (c, ns) = (&ctx.client, ctx.ns.as_str());
-        create_configmap(c, ns, "cm", &[("k", "1")]).await;
-        Workload::new(Kind::Deployment, "plain").env_from_configmap("cm").create(c, ns).await;
-        Workload::new(Kind::Deployment, "opted-out")
-            .annotate("reloader.stakater.com/auto", "false")
-            .env_from_configmap("cm")
-            .create(c, ns)
-            .await;
-        wait_stored(&controller, 2).await;
-        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let hash = cm_hash(&[("k", "2")]);
-        ctx.wait_reloaded(Kind::Deployment, "plain", Cm, "cm", &hash).await;
-        ctx.assert_not_reloaded(Kind::Deployment, "opted-out", Cm, "cm", &hash).await;
-        controller
-    })
-    .await;
+    for strategy in STRATEGIES {
+        scenario("auto-all", strategy, &["--auto-reload-all"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "plain").env_from_configmap("cm").create(c, ns).await;
+            Workload::new(Kind::Deployment, "opted-out")
+                .annotate("reloader.stakater.com/auto", "false")
+                .env_from_configmap("cm")
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 2).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            let hash = cm_hash(&[("k", "2")]);
+            ctx.wait_reloaded(Kind::Deployment, "plain", Cm, "cm", &hash).await;
+            ctx.assert_not_reloaded(Kind::Deployment, "opted-out", Cm, "cm", &hash).await;
+            controller
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn resources_to_ignore_stops_watching_that_kind() {
-    scenario("ignore-cms", Strategy::EnvVars, &["--resources-to-ignore=configMaps"], |ctx, controller| async move {
-        let (c, ns) = (&ctx.client, ctx.ns.as_str());
-        create_configmap(c, ns, "cm", &[("k", "1")]).await;
-        create_secret(c, ns, "sec", &[("k", "1")]).await;
-        Workload::new(Kind::Deployment, "web")
-            .auto()
-            .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "secretRef": { "name": "sec" } }] }))
-            .create(c, ns)
-            .await;
-        wait_stored(&controller, 1).await;
-        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
-        patch_secret(c, ns, "sec", json!({ "stringData": { "k": "2" } })).await;
-        ctx.wait_reloaded(Kind::Deployment, "web", Secret, "sec", &secret_hash(&[("k", "2")])).await;
-        ctx.assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
-        let events = controller.metric("reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"}").await;
-        assert_eq!(events, 0.0, "ConfigMaps must not even be watched");
-        controller
-    })
-    .await;
+    for strategy in STRATEGIES {
+        scenario("ignore-cms", strategy, &["--resources-to-ignore=configMaps"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            create_secret(c, ns, "sec", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web")
+                .auto()
+                .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "secretRef": { "name": "sec" } }] }))
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 1).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            patch_secret(c, ns, "sec", json!({ "stringData": { "k": "2" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Secret, "sec", &secret_hash(&[("k", "2")])).await;
+            ctx.assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+            let events = controller.metric("reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"}").await;
+            assert_eq!(events, 0.0, "ConfigMaps must not even be watched");
+            controller
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn resource_label_selector_filters_configmaps_and_secrets() {
-    scenario(
-        "label-selector",
-        Strategy::Annotations,
-        &["--resource-label-selector=reload=yes"],
-        |ctx, controller| async move {
+    for strategy in STRATEGIES {
+        scenario("label-selector", strategy, &["--resource-label-selector=reload=yes"], |ctx, controller| async move {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "plain", &[("k", "1")]).await;
             create_configmap(c, ns, "labelled", &[("k", "1")]).await;
@@ -80,15 +83,19 @@ async fn resource_label_selector_filters_configmaps_and_secrets() {
             ctx.wait_reloaded(Kind::Deployment, "uses-labelled", Cm, "labelled", &hash).await;
             ctx.assert_not_reloaded(Kind::Deployment, "uses-plain", Cm, "plain", &hash).await;
             controller
-        },
-    )
-    .await;
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
 async fn reload_on_create_reloads_for_a_resource_that_appears() {
-    for (flag, expect_reload) in [("--reload-on-create=true", true), ("--reload-on-create=yes", false)] {
-        scenario("on-create", Strategy::EnvVars, &[flag], |ctx, controller| async move {
+    for (flag, expect_reload, strategy) in [
+        ("--reload-on-create=true", true, Strategy::EnvVars),
+        ("--reload-on-create=true", true, Strategy::Annotations),
+        ("--reload-on-create=yes", false, Strategy::EnvVars),
+    ] {
+        scenario("on-create", strategy, &[flag], |ctx, controller| async move {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "sentinel", &[("k", "1")]).await;
             Workload::new(Kind::Deployment, "web").auto().env_from_configmap("late").create(c, ns).await;
@@ -152,7 +159,7 @@ async fn create_namespace(ctx: &Ctx, name: &str, labels: serde_json::Value) {
 #[tokio::test]
 async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_changes() {
     with_temp_ns("ns-selector", |client, home| async move {
-        let ctx = Ctx { client: client.clone(), ns: home.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx { client: client.clone(), ns: home.clone(), strategy: Strategy::Annotations };
         let selected = format!("{home}-sel");
         let ignored = format!("{home}-ign");
         let unlabelled = format!("{home}-unl");
@@ -166,14 +173,16 @@ async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_cha
         }
         let selector = format!("--namespace-selector=reloader-fleet.test/selector:{home}");
         let ignore = format!("--namespaces-to-ignore={ignored}");
-        let controller = Controller::start(&home, &home, &[selector.as_str(), ignore.as_str()]).await;
+        let strategy = format!("--reload-strategy={}", ctx.strategy);
+        let controller =
+            Controller::start(&home, &home, &[selector.as_str(), ignore.as_str(), strategy.as_str()]).await;
         wait_stored(&controller, 1).await;
 
         let hash = cm_hash(&[("k", "2")]);
         for ns in [&ignored, &unlabelled, &selected] {
             patch_configmap(&client, ns, "cm", json!({ "data": { "k": "2" } })).await;
         }
-        let in_ns = |ns: &str| Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+        let in_ns = |ns: &str| Ctx { client: client.clone(), ns: ns.to_string(), strategy: ctx.strategy };
         in_ns(&selected).wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
         in_ns(&ignored).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
         in_ns(&unlabelled).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;

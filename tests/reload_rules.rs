@@ -12,7 +12,7 @@ use reloader_fleet::watch::ResourceKind::{ConfigMap, Secret};
 use serde_json::json;
 use support::fixtures::{
     ALL_KINDS, Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret,
-    recorded_env, secret_hash,
+    recorded_annotation, recorded_env, secret_hash,
 };
 use support::scenario::{scenario, wait_stored};
 
@@ -174,39 +174,60 @@ async fn every_reference_method_is_recognised() {
 
 #[tokio::test]
 async fn only_the_container_using_the_resource_records_it() {
-    scenario("containers", Strategy::EnvVars, &[], |ctx, controller| async move {
-        let (c, ns) = (&ctx.client, ctx.ns.as_str());
-        create_configmap(c, ns, "cm", &[("k", "1")]).await;
-        let mut many = Workload::new(Kind::Deployment, "twenty").auto();
-        for i in 0..20 {
-            many = if i == 13 {
-                many.container(
-                    json!({ "name": format!("c{i}"), "volumeMounts": [{ "name": "cfg", "mountPath": "/cfg" }] }),
-                )
-            } else {
-                many.container(json!({ "name": format!("c{i}") }))
-            };
-        }
-        many.volume(json!({ "name": "cfg", "configMap": { "name": "cm" } })).create(c, ns).await;
-        Workload::new(Kind::Deployment, "explicit-first")
-            .annotate("configmap.reloader.stakater.com/reload", "cm")
-            .container(json!({ "name": "a" }))
-            .container(json!({ "name": "b" }))
-            .create(c, ns)
-            .await;
-        wait_stored(&controller, 2).await;
+    for strategy in STRATEGIES {
+        scenario("containers", strategy, &[], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            let mut many = Workload::new(Kind::Deployment, "twenty").auto();
+            for i in 0..20 {
+                many = if i == 13 {
+                    many.container(
+                        json!({ "name": format!("c{i}"), "volumeMounts": [{ "name": "cfg", "mountPath": "/cfg" }] }),
+                    )
+                } else {
+                    many.container(json!({ "name": format!("c{i}") }))
+                };
+            }
+            many.volume(json!({ "name": "cfg", "configMap": { "name": "cm" } })).create(c, ns).await;
+            Workload::new(Kind::Deployment, "explicit-first")
+                .annotate("configmap.reloader.stakater.com/reload", "cm")
+                .container(json!({ "name": "a" }))
+                .container(json!({ "name": "b" }))
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 2).await;
 
-        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let hash = cm_hash(&[("k", "2")]);
-        ctx.wait_reloaded(Kind::Deployment, "twenty", ConfigMap, "cm", &hash).await;
-        ctx.wait_reloaded(Kind::Deployment, "explicit-first", ConfigMap, "cm", &hash).await;
-        let twenty = recorded_env(c, ns, Kind::Deployment, "twenty", ConfigMap, "cm").await.expect("recorded");
-        assert_eq!(twenty.container, "c13", "the mounting container records the hash");
-        let first = recorded_env(c, ns, Kind::Deployment, "explicit-first", ConfigMap, "cm").await.expect("recorded");
-        assert_eq!(first.container, "a", "an explicit list without a reference takes the first container");
-        controller
-    })
-    .await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            let hash = cm_hash(&[("k", "2")]);
+            ctx.wait_reloaded(Kind::Deployment, "twenty", ConfigMap, "cm", &hash).await;
+            ctx.wait_reloaded(Kind::Deployment, "explicit-first", ConfigMap, "cm", &hash).await;
+            let container = |name: &'static str| {
+                let ctx = ctx.clone();
+                async move {
+                    match ctx.strategy {
+                        Strategy::EnvVars => {
+                            recorded_env(&ctx.client, &ctx.ns, Kind::Deployment, name, ConfigMap, "cm")
+                                .await
+                                .map(|r| r.container)
+                                .unwrap_or_default()
+                        }
+                        Strategy::Annotations => recorded_annotation(&ctx.client, &ctx.ns, Kind::Deployment, name)
+                            .await
+                            .and_then(|s| s["containerRefs"][0].as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                    }
+                }
+            };
+            assert_eq!(container("twenty").await, "c13", "the mounting container records the hash");
+            assert_eq!(
+                container("explicit-first").await,
+                "a",
+                "an explicit list without a reference takes the first container"
+            );
+            controller
+        })
+        .await;
+    }
 }
 
 #[tokio::test]
@@ -218,7 +239,9 @@ async fn changes_that_are_not_data_changes_roll_nothing() {
             create_configmap(c, ns, "ignored", &[("k", "1")]).await;
             create_configmap(c, ns, "no-match", &[("k", "1")]).await;
             create_configmap(c, ns, "sentinel", &[("k", "1")]).await;
-            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+            for kind in ALL_KINDS {
+                Workload::new(kind, "web").auto().env_from_configmap("cm").create(c, ns).await;
+            }
             Workload::new(Kind::Deployment, "uses-ignored").auto().env_from_configmap("ignored").create(c, ns).await;
             Workload::new(Kind::Deployment, "searcher")
                 .annotate("reloader.stakater.com/search", "true")
@@ -226,8 +249,11 @@ async fn changes_that_are_not_data_changes_roll_nothing() {
                 .create(c, ns)
                 .await;
             Workload::new(Kind::Deployment, "canary").auto().env_from_configmap("sentinel").create(c, ns).await;
-            wait_stored(&controller, 4).await;
-            let before = generation(c, ns, Kind::Deployment, "web").await;
+            wait_stored(&controller, 6).await;
+            let mut before = Vec::new();
+            for kind in ALL_KINDS {
+                before.push(generation(c, ns, kind, "web").await);
+            }
 
             // Labels and annotations are not data; `ignore` and search-without-match never reload.
             patch_configmap(
@@ -249,11 +275,9 @@ async fn changes_that_are_not_data_changes_roll_nothing() {
             patch_configmap(c, ns, "sentinel", json!({ "data": { "k": "2" } })).await;
             ctx.wait_reloaded(Kind::Deployment, "canary", ConfigMap, "sentinel", &cm_hash(&[("k", "2")])).await;
 
-            assert_eq!(
-                generation(c, ns, Kind::Deployment, "web").await,
-                before,
-                "a label-only change rolled the workload"
-            );
+            for (kind, before) in ALL_KINDS.into_iter().zip(before) {
+                assert_eq!(generation(c, ns, kind, "web").await, before, "a label-only change rolled the {kind:?}");
+            }
             ctx.assert_not_reloaded(Kind::Deployment, "uses-ignored", ConfigMap, "ignored", &cm_hash(&[("k", "2")]))
                 .await;
             ctx.assert_not_reloaded(Kind::Deployment, "searcher", ConfigMap, "no-match", &cm_hash(&[("k", "2")])).await;
