@@ -68,11 +68,37 @@ enum Incoming {
 type Tagged = (usize, Result<Incoming, watcher::Error>);
 type Merged = futures::stream::SelectAll<Pin<Box<dyn Stream<Item = Tagged> + Send>>>;
 
+/// Namespace and name of the objects a list has seen.
+type Seen = HashSet<(Arc<str>, Arc<str>)>;
+
 /// A stream's scope and whether it has completed a list since (re)start.
 struct StreamState {
     namespace: Option<String>,
     synced_once: bool,
-    seen: Option<HashSet<Arc<str>>>,
+    /// Objects seen by the list in progress, if one is.
+    seen: Option<Seen>,
+}
+
+impl StreamState {
+    fn start_list(&mut self) {
+        self.seen = Some(HashSet::new());
+    }
+
+    fn is_listing(&self) -> bool {
+        self.seen.is_some()
+    }
+
+    fn saw(&mut self, namespace: &Arc<str>, name: &Arc<str>) {
+        if let Some(seen) = self.seen.as_mut() {
+            seen.insert((namespace.clone(), name.clone()));
+        }
+    }
+
+    /// End the list: the scope it covered and what it saw; anything else in that scope is gone.
+    fn finish_list(&mut self) -> (Option<String>, Seen) {
+        self.synced_once = true;
+        (self.namespace.clone(), self.seen.take().unwrap_or_default())
+    }
 }
 
 /// Run the watches until `shutdown`, keeping `writer`'s store current.
@@ -339,9 +365,9 @@ impl WatchTask {
         // The first list of all is reconciled by the engine as a whole; later lists are diffed.
         let emit = self.streams[stream].synced_once || self.all_synced;
         match event {
-            WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
+            WatchEvent::Init => self.streams[stream].start_list(),
             WatchEvent::InitApply(obj) | WatchEvent::Apply(obj) => {
-                let cause = if self.streams[stream].seen.is_some() { Cause::Listed } else { Cause::Event };
+                let cause = if self.streams[stream].is_listing() { Cause::Listed } else { Cause::Event };
                 let (Some(namespace), Some(name), state) = compact(&obj) else {
                     return Ok(());
                 };
@@ -350,9 +376,7 @@ impl WatchTask {
                     return Ok(());
                 }
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
-                if let Some(seen) = self.streams[stream].seen.as_mut() {
-                    seen.insert(Arc::from(format!("{}/{}", key.namespace, key.name)));
-                }
+                self.streams[stream].saw(&key.namespace, &key.name);
                 let previous = self.writer.apply_resource(key.clone(), state.clone());
                 if emit && previous.is_none_or(|p| p.hash != state.hash) {
                     self.send(Change { key, observed: Some(state.hash), cause }).await?;
@@ -369,12 +393,9 @@ impl WatchTask {
                 }
             }
             WatchEvent::InitDone => {
-                let state = &mut self.streams[stream];
-                let seen = state.seen.take().unwrap_or_default();
-                let scope = state.namespace.clone();
-                state.synced_once = true;
+                let (scope, seen) = self.streams[stream].finish_list();
                 for key in self.writer.resource_keys(kind, scope.as_deref()) {
-                    if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
+                    if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
                         self.writer.delete_resource(&key);
                         if emit {
                             self.send(Change { key, observed: None, cause: Cause::Listed }).await?;
@@ -388,25 +409,20 @@ impl WatchTask {
 
     fn apply_workload_event(&mut self, stream: usize, kind: WorkloadKind, event: WatchEvent<Option<Workload>>) {
         match event {
-            WatchEvent::Init => self.streams[stream].seen = Some(HashSet::new()),
+            WatchEvent::Init => self.streams[stream].start_list(),
             WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
                 if !self.is_selected(&w.key.namespace) {
                     return;
                 }
-                if let Some(seen) = self.streams[stream].seen.as_mut() {
-                    seen.insert(Arc::from(format!("{}/{}", w.key.namespace, w.key.name)));
-                }
+                self.streams[stream].saw(&w.key.namespace, &w.key.name);
                 self.writer.apply_workload(w);
             }
             WatchEvent::Delete(Some(w)) => self.writer.delete_workload(&w.key),
             WatchEvent::InitApply(None) | WatchEvent::Apply(None) | WatchEvent::Delete(None) => {}
             WatchEvent::InitDone => {
-                let state = &mut self.streams[stream];
-                let seen = state.seen.take().unwrap_or_default();
-                let scope = state.namespace.clone();
-                state.synced_once = true;
+                let (scope, seen) = self.streams[stream].finish_list();
                 for key in self.writer.workload_keys(kind, scope.as_deref()) {
-                    if !seen.contains(format!("{}/{}", key.namespace, key.name).as_str()) {
+                    if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
                         self.writer.delete_workload(&key);
                     }
                 }

@@ -8,6 +8,7 @@
 
 pub mod controller;
 pub mod fixtures;
+pub mod proxy;
 pub mod scenario;
 
 use std::future::Future;
