@@ -1,0 +1,97 @@
+use super::*;
+
+/// Our own output, pinned: two versions of the binary must place every namespace alike.
+/// Regenerate only on purpose (REGENERATE_GOLDEN=1 cargo test ring) and review the diff.
+const GOLDEN_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/ring-assignments.txt");
+const GOLDEN: &str = include_str!("../../../tests/golden/ring-assignments.txt");
+const SHARD_COUNTS: [u32; 4] = [1, 16, 64, 256];
+
+fn golden_namespaces() -> Vec<String> {
+    let mut names: Vec<String> = ["default", "kube-system", "kube-public", "kube-node-lease", "monitoring", "argocd"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    names.extend((0..12).map(|i| format!("tenant-{i:05}")));
+    names.extend(
+        [
+            "team-a-prod",
+            "team-a-staging",
+            "payments",
+            "payments-canary",
+            "ml.batch",
+            "x",
+            "a-very-long-namespace-name-that-is-exactly-sixty-three-chars-xx",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    names
+}
+
+fn render() -> String {
+    let rings: Vec<Ring> = SHARD_COUNTS.iter().map(|&s| Ring::new(s).expect("valid shard count")).collect();
+    let mut out = format!(
+        "# Source: reloader-fleet's own ring ({ALGORITHM}, {VNODES} virtual nodes per shard).\n\
+         # Regenerate only with REGENERATE_GOLDEN=1 and review the diff: a change moves namespaces.\n\
+         # namespace shard-of(S=1) shard-of(S=16) shard-of(S=64) shard-of(S=256)\n"
+    );
+    for ns in golden_namespaces() {
+        let shards: Vec<String> = rings.iter().map(|r| r.shard_of(&ns).to_string()).collect();
+        out.push_str(&format!("{ns} {}\n", shards.join(" ")));
+    }
+    out
+}
+
+#[test]
+fn placement_matches_the_golden_file() {
+    let now = render();
+    if std::env::var_os("REGENERATE_GOLDEN").is_some() {
+        std::fs::write(GOLDEN_PATH, &now).expect("write the golden file");
+        return;
+    }
+    assert_eq!(
+        now, GOLDEN,
+        "the namespace -> shard mapping changed: old and new replicas would disagree during a rolling update"
+    );
+}
+
+#[test]
+fn shard_counts_are_validated() {
+    assert!(Ring::new(0).is_err());
+    assert!(Ring::new(MAX_SHARDS + 1).is_err());
+    assert!(Ring::new(1).is_ok());
+}
+
+#[test]
+fn one_shard_takes_everything() {
+    let ring = Ring::new(1).expect("valid");
+    assert!(golden_namespaces().iter().all(|ns| ring.shard_of(ns) == 0));
+}
+
+#[test]
+fn five_thousand_sequential_names_spread_within_thirty_percent_of_the_mean() {
+    let ring = Ring::new(64).expect("valid");
+    let mut counts = vec![0u32; 64];
+    for i in 0..5000 {
+        counts[ring.shard_of(&format!("tenant-{i:05}")) as usize] += 1;
+    }
+    let mean = 5000.0 / 64.0;
+    let max = f64::from(*counts.iter().max().expect("64 shards"));
+    let min = f64::from(*counts.iter().min().expect("64 shards"));
+    println!("S=64, 5000 namespaces: max/mean {:.3}, min/mean {:.3}", max / mean, min / mean);
+    assert!(max / mean <= 1.3, "most loaded shard holds {:.3}x the mean", max / mean);
+    assert!(min > 0.0, "no shard may be empty");
+}
+
+#[test]
+fn adding_a_shard_moves_about_one_in_s_plus_one_namespaces() {
+    let (before, after) = (Ring::new(16).expect("valid"), Ring::new(17).expect("valid"));
+    let names: Vec<String> = (0..5000).map(|i| format!("ns-{i}")).collect();
+    let moved = names.iter().filter(|n| before.shard_of(n) != after.shard_of(n)).count();
+    let fraction = moved as f64 / names.len() as f64;
+    println!("16 -> 17 shards moved {:.1}% of namespaces (ideal {:.1}%)", fraction * 100.0, 100.0 / 17.0);
+    assert!(fraction < 2.0 / 17.0, "a consistent ring moves about 1/(S+1), not {fraction:.3}");
+    let moved_elsewhere =
+        names.iter().filter(|n| before.shard_of(n) != after.shard_of(n) && after.shard_of(n) != 16).count();
+    assert_eq!(moved_elsewhere, 0, "namespaces only move to the new shard");
+}
