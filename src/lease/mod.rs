@@ -1,4 +1,13 @@
 //! Per-shard Lease acquisition, renewal, release and self-fencing.
 //!
-//! Publishes the set of shards this replica may act on. Filled in by the sharded-fleet work;
-//! until then a single replica acts on every namespace it selects.
+//! Publishes the set of shards this replica may act on as a `watch` of [`Ownership`], and
+//! the task's `JoinHandle` for `main` to supervise. One Lease per shard plus one membership
+//! Lease per replica, in client-go's LeaseLock format; which shards a replica *tries* to hold
+//! comes from [`assign`] over the live members, which shards it *acts on* only from Leases it
+//! renewed in time.
+
+mod assignment;
+mod manager;
+
+pub use assignment::assign;
+pub use manager::{Config, Error, FLEET_LABEL, Ownership, ROLE_LABEL, ShardState, ShardStatus, spawn};

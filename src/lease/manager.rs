@@ -1,0 +1,394 @@
+//! The lease task: one Lease per shard and one membership Lease per replica, in client-go's
+//! LeaseLock format, acquired and renewed with resourceVersion preconditions.
+//!
+//! ```text
+//!  every retry period:  LIST fleet Leases ─▶ live members ─▶ assign() ─▶ my desired shards
+//!                       renew held+desired │ release held+undesired │ acquire desired+free
+//!                       publish: held shards renewed within the renew deadline
+//! ```
+//!
+//! # Guarantees
+//! - Another holder's Lease counts as expired only after its `leaseDurationSeconds` has passed
+//!   since *this replica observed* its last change (its resourceVersion), never by comparing
+//!   wall clocks.
+//! - A shard is published as held only while the last successful acquire or renew was *sent*
+//!   less than `renew_deadline` ago on the monotonic clock, so a replica cut off from the API
+//!   server stops acting before any other replica may take the shard
+//!   (`renew_deadline < lease_duration`).
+//! - Every write carries the resourceVersion last observed; a conflict means someone else
+//!   wrote first, and the next round decides again from a fresh LIST.
+//!
+//! # Assumptions
+//! Clocks may be skewed but advance at similar rates; a write that hangs past the API timeout
+//! is abandoned (and counts as failed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::lease::assignment::assign;
+
+/// Label on every Lease of a fleet; the value is the fleet's lease name prefix.
+pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
+/// Label telling shard Leases (`shard`) from membership Leases (`member`).
+pub const ROLE_LABEL: &str = "reloader-fleet.stakater.com/role";
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lease timings and names.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Namespace of the Leases (`POD_NAMESPACE`).
+    pub namespace: String,
+    /// This replica's identity (`POD_NAME`), written as `holderIdentity`.
+    pub identity: String,
+    /// Lease name prefix (`--leader-election-id`). With one shard the shard Lease is named
+    /// exactly this, like Reloader's lock; otherwise `<prefix>-shard-<n>`.
+    pub prefix: String,
+    pub shards: u32,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Config {
+    pub fn shard_lease_name(&self, shard: u32) -> String {
+        if self.shards == 1 { self.prefix.clone() } else { format!("{}-shard-{shard}", self.prefix) }
+    }
+
+    fn member_lease_name(&self, identity: &str) -> String {
+        let safe: String = identity
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c.to_ascii_lowercase() } else { '-' })
+            .collect();
+        format!("{}-member-{safe}", self.prefix)
+    }
+}
+
+/// The state of one shard as this replica sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardState {
+    /// Held here and renewed in time: this replica acts on it.
+    Active,
+    /// Held here on record, but not renewed within the deadline: this replica does not act.
+    Fenced,
+    /// Held by another replica.
+    Elsewhere,
+    /// Nobody holds it (or the holder's Lease expired).
+    Free,
+}
+
+/// One shard in [`Ownership`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardStatus {
+    pub shard: u32,
+    pub holder: String,
+    pub state: ShardState,
+    /// Seconds since this replica saw the Lease change (renewals included).
+    pub observed_age_secs: u64,
+}
+
+/// What the lease task publishes after every round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// Shards this replica may act on now.
+    pub held: BTreeSet<u32>,
+    pub shards: Vec<ShardStatus>,
+    /// Live members, sorted, this replica included.
+    pub members: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Releasing the Leases at shutdown failed; the next owner waits for them to expire.
+    #[error("releasing leases at shutdown failed")]
+    Release(#[source] kube::Error),
+}
+
+/// A Lease as observed: its record and when this replica saw its resourceVersion change.
+#[derive(Clone, Debug)]
+struct Observed {
+    lease: Lease,
+    changed_at: Instant,
+}
+
+impl Observed {
+    fn holder(&self) -> &str {
+        self.lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+    }
+
+    fn duration(&self) -> Duration {
+        let secs = self.lease.spec.as_ref().and_then(|s| s.lease_duration_seconds).unwrap_or(0);
+        Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.changed_at) >= self.duration()
+    }
+
+    fn resource_version(&self) -> Option<String> {
+        self.lease.metadata.resource_version.clone()
+    }
+}
+
+/// Start the lease task. It runs until `shutdown`, then stops acting, releases its Leases
+/// and deletes its membership Lease.
+///
+/// The receiver starts with nothing held.
+pub fn spawn(
+    client: Client,
+    config: Config,
+    shutdown: CancellationToken,
+) -> (watch::Receiver<Ownership>, JoinHandle<Result<(), Error>>) {
+    let (tx, rx) = watch::channel(Ownership::default());
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let task = Manager { api, config, observed: HashMap::new(), last_ok_send: HashMap::new() };
+    (rx, tokio::spawn(task.run(tx, shutdown)))
+}
+
+struct Manager {
+    api: Api<Lease>,
+    config: Config,
+    observed: HashMap<String, Observed>,
+    /// When the last successful acquire or renew of each shard was sent.
+    last_ok_send: HashMap<u32, Instant>,
+}
+
+impl Manager {
+    async fn run(mut self, tx: watch::Sender<Ownership>, shutdown: CancellationToken) -> Result<(), Error> {
+        let mut tick = tokio::time::interval(self.config.retry_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            // A hung API call must not keep stale ownership published past the renew deadline:
+            // a round gets one retry period; an abandoned write only makes this replica act less.
+            if tokio::time::timeout(self.config.retry_period, self.round()).await.is_err() {
+                debug!("lease round took longer than the retry period");
+            }
+            let ownership = self.ownership(Instant::now());
+            tx.send_if_modified(|current| {
+                let changed = current.held != ownership.held || current.members != ownership.members;
+                *current = ownership;
+                changed
+            });
+        }
+        // Stop acting first, then give the Leases back so the next owners take them at once.
+        tx.send_modify(|o| o.held.clear());
+        self.release_all().await
+    }
+
+    async fn round(&mut self) {
+        let now = Instant::now();
+        if let Err(err) = self.observe(now).await {
+            warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
+            return;
+        }
+        self.renew_membership().await;
+        let members = self.live_members(Instant::now());
+        let desired: BTreeSet<u32> = assign(self.config.shards, &members)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, m)| members[*m] == self.config.identity)
+            .map(|(shard, _)| shard as u32)
+            .collect();
+        for shard in 0..self.config.shards {
+            let name = self.config.shard_lease_name(shard);
+            let observed = self.observed.get(&name).cloned();
+            let held = observed.as_ref().is_some_and(|o| o.holder() == self.config.identity);
+            let wanted = desired.contains(&shard);
+            match (held, wanted) {
+                (true, true) => self.write(shard, observed.as_ref(), true).await,
+                (true, false) => self.release(shard, observed.as_ref()).await,
+                (false, true) => {
+                    let free = observed.as_ref().is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now()));
+                    if free {
+                        self.write(shard, observed.as_ref(), false).await;
+                    }
+                }
+                (false, false) => {}
+            }
+        }
+    }
+
+    /// LIST the fleet's Leases and note which changed since the last look.
+    async fn observe(&mut self, now: Instant) -> Result<(), kube::Error> {
+        let params = ListParams::default().labels(&format!("{FLEET_LABEL}={}", self.config.prefix));
+        let list = match tokio::time::timeout(API_TIMEOUT, self.api.list(&params)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(kube::Error::Service("listing leases timed out".into())),
+        };
+        let mut seen = HashMap::new();
+        for lease in list.items {
+            let Some(name) = lease.metadata.name.clone() else { continue };
+            let changed_at = match self.observed.get(&name) {
+                Some(old) if old.lease.metadata.resource_version == lease.metadata.resource_version => old.changed_at,
+                _ => now,
+            };
+            seen.insert(name, Observed { lease, changed_at });
+        }
+        self.observed = seen;
+        Ok(())
+    }
+
+    /// Members whose membership Lease changed within its duration, plus this replica.
+    fn live_members(&self, now: Instant) -> Vec<String> {
+        let mut members: BTreeSet<String> = self
+            .observed
+            .values()
+            .filter(|o| is_role(&o.lease, "member") && !o.holder().is_empty() && !o.expired(now))
+            .map(|o| o.holder().to_string())
+            .collect();
+        members.insert(self.config.identity.clone());
+        members.into_iter().collect()
+    }
+
+    async fn renew_membership(&mut self) {
+        let name = self.config.member_lease_name(&self.config.identity);
+        let observed = self.observed.get(&name).cloned();
+        let lease = self.lease_record(&name, "member", observed.as_ref(), &self.config.identity, false);
+        if let Err(err) = self.put(&name, lease, observed.is_some()).await {
+            debug!(error = %err, "renewing the membership lease failed");
+        }
+    }
+
+    /// Acquire (or renew, when `renewing`) a shard's Lease.
+    async fn write(&mut self, shard: u32, observed: Option<&Observed>, renewing: bool) {
+        let name = self.config.shard_lease_name(shard);
+        let lease = self.lease_record(&name, "shard", observed, &self.config.identity, renewing);
+        let sent = Instant::now();
+        match self.put(&name, lease, observed.is_some()).await {
+            Ok(written) => {
+                if !renewing {
+                    info!(shard, lease = %name, "shard lease acquired");
+                }
+                self.last_ok_send.insert(shard, sent);
+                self.observed.insert(name, Observed { lease: written, changed_at: sent });
+            }
+            Err(err) if is_conflict(&err) => debug!(shard, "lease write lost a race; deciding again next round"),
+            Err(err) => warn!(shard, error = %err, "lease write failed"),
+        }
+    }
+
+    async fn release(&mut self, shard: u32, observed: Option<&Observed>) {
+        self.last_ok_send.remove(&shard);
+        let name = self.config.shard_lease_name(shard);
+        let Some(observed) = observed else { return };
+        let mut lease = observed.lease.clone();
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = Some(String::new());
+        spec.lease_duration_seconds = Some(1);
+        match self.put(&name, lease, true).await {
+            Ok(_) => info!(shard, lease = %name, "shard lease released"),
+            Err(err) => warn!(shard, error = %err, "releasing a shard lease failed; it will expire instead"),
+        }
+    }
+
+    async fn release_all(&mut self) -> Result<(), Error> {
+        let mine: Vec<(u32, Observed)> = (0..self.config.shards)
+            .filter_map(|s| {
+                let o = self.observed.get(&self.config.shard_lease_name(s))?;
+                (o.holder() == self.config.identity).then(|| (s, o.clone()))
+            })
+            .collect();
+        for (shard, observed) in mine {
+            self.release(shard, Some(&observed)).await;
+        }
+        let member = self.config.member_lease_name(&self.config.identity);
+        match tokio::time::timeout(API_TIMEOUT, self.api.delete(&member, &DeleteParams::default())).await {
+            Ok(Ok(_)) | Ok(Err(kube::Error::Api(_))) => Ok(()),
+            Ok(Err(err)) => Err(Error::Release(err)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The Lease to write: client-go LeaseLock fields, with the observed resourceVersion.
+    fn lease_record(&self, name: &str, role: &str, observed: Option<&Observed>, holder: &str, renewing: bool) -> Lease {
+        let now = MicroTime(jiff::Timestamp::now());
+        let previous = observed.and_then(|o| o.lease.spec.clone()).unwrap_or_default();
+        let same_holder = previous.holder_identity.as_deref() == Some(holder);
+        let transitions = previous.lease_transitions.unwrap_or(0) + i32::from(!same_holder && observed.is_some());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.config.namespace.clone()),
+                resource_version: observed.and_then(Observed::resource_version),
+                labels: Some(BTreeMap::from([
+                    (FLEET_LABEL.to_string(), self.config.prefix.clone()),
+                    (ROLE_LABEL.to_string(), role.to_string()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_string()),
+                lease_duration_seconds: Some(
+                    i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
+                ),
+                acquire_time: if renewing && same_holder { previous.acquire_time } else { Some(now.clone()) },
+                renew_time: Some(now),
+                lease_transitions: Some(transitions),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    async fn put(&self, name: &str, lease: Lease, exists: bool) -> Result<Lease, kube::Error> {
+        let call = async {
+            if exists {
+                self.api.replace(name, &PostParams::default(), &lease).await
+            } else {
+                self.api.create(&PostParams::default(), &lease).await
+            }
+        };
+        match tokio::time::timeout(API_TIMEOUT, call).await {
+            Ok(result) => result,
+            Err(_) => Err(kube::Error::Service("lease write timed out".into())),
+        }
+    }
+
+    fn ownership(&self, now: Instant) -> Ownership {
+        let mut held = BTreeSet::new();
+        let mut shards = Vec::with_capacity(self.config.shards as usize);
+        for shard in 0..self.config.shards {
+            let observed = self.observed.get(&self.config.shard_lease_name(shard));
+            let holder = observed.map(|o| o.holder().to_string()).unwrap_or_default();
+            let in_time = self
+                .last_ok_send
+                .get(&shard)
+                .is_some_and(|sent| now.saturating_duration_since(*sent) < self.config.renew_deadline);
+            let state = if holder == self.config.identity {
+                if in_time { ShardState::Active } else { ShardState::Fenced }
+            } else if holder.is_empty() || observed.is_some_and(|o| o.expired(now)) {
+                ShardState::Free
+            } else {
+                ShardState::Elsewhere
+            };
+            if state == ShardState::Active {
+                held.insert(shard);
+            }
+            let observed_age_secs =
+                observed.map(|o| now.saturating_duration_since(o.changed_at).as_secs()).unwrap_or(0);
+            shards.push(ShardStatus { shard, holder, state, observed_age_secs });
+        }
+        Ownership { held, shards, members: self.live_members(now) }
+    }
+}
+
+fn is_role(lease: &Lease, role: &str) -> bool {
+    lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == role)
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}

@@ -1,0 +1,165 @@
+//! Per-shard Leases on the real API server: exclusivity, balance, handoff on a graceful stop
+//! and on a crash, and self-fencing when cut off from the API server.
+//!
+//! Managers run in this process with short timings (lease 4 s, renew deadline 3 s, retry
+//! 0.5 s). Waits have deadlines; measured handoff times are printed, not asserted.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use reloader_fleet::lease::{self, Ownership};
+use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
+use support::{wait_for, with_temp_ns};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const SHARDS: u32 = 16;
+
+struct Replica {
+    ownership: watch::Receiver<Ownership>,
+    task: JoinHandle<Result<(), lease::Error>>,
+    stop: CancellationToken,
+}
+
+fn config(ns: &str, identity: &str) -> lease::Config {
+    lease::Config {
+        namespace: ns.to_string(),
+        identity: identity.to_string(),
+        prefix: "fleet".to_string(),
+        shards: SHARDS,
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(500),
+    }
+}
+
+fn start(client: &Client, ns: &str, identity: &str) -> Replica {
+    let stop = CancellationToken::new();
+    let (ownership, task) = lease::spawn(client.clone(), config(ns, identity), stop.clone());
+    Replica { ownership, task, stop }
+}
+
+fn held(replica: &Replica) -> BTreeSet<u32> {
+    replica.ownership.borrow().held.clone()
+}
+
+/// Every shard is held by exactly one of `replicas`, and each holds floor or ceil of S/R.
+fn settled(replicas: &[&Replica]) -> bool {
+    let sets: Vec<BTreeSet<u32>> = replicas.iter().map(|r| held(r)).collect();
+    let total: usize = sets.iter().map(BTreeSet::len).sum();
+    let union: BTreeSet<u32> = sets.iter().flatten().copied().collect();
+    let (floor, ceil) = (SHARDS as usize / replicas.len(), (SHARDS as usize).div_ceil(replicas.len()));
+    total == SHARDS as usize
+        && union.len() == SHARDS as usize
+        && sets.iter().all(|s| s.len() == floor || s.len() == ceil)
+}
+
+/// No shard is in two replicas' held sets.
+fn exclusive(replicas: &[&Replica]) -> bool {
+    let mut seen = BTreeSet::new();
+    replicas.iter().all(|r| held(r).into_iter().all(|s| seen.insert(s)))
+}
+
+#[tokio::test]
+async fn three_replicas_balance_sixteen_shards_and_never_share_one() {
+    with_temp_ns("leases-balance", |client, ns| async move {
+        let a = start(&client, &ns, "replica-a");
+        let b = start(&client, &ns, "replica-b");
+        let c = start(&client, &ns, "replica-c");
+        let all = [&a, &b, &c];
+        let started = Instant::now();
+        wait_for("16 shards balanced over 3 replicas", || async { settled(&all).then_some(()) }).await;
+        println!("settled after {:?}: {:?}", started.elapsed(), all.iter().map(|r| held(r).len()).collect::<Vec<_>>());
+
+        // Sample every 200 ms while a fourth replica joins and leaves again.
+        let d = start(&client, &ns, "replica-d");
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let mut samples = 0;
+        while Instant::now() < deadline {
+            assert!(exclusive(&[&a, &b, &c, &d]), "a shard was held by two replicas at once");
+            samples += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("{samples} samples during churn, never shared");
+        wait_for("16 shards balanced over 4 replicas", || async { settled(&[&a, &b, &c, &d]).then_some(()) }).await;
+        for r in [a, b, c, d] {
+            r.stop.cancel();
+            r.task.await.expect("lease task").expect("clean release");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_hands_shards_over_quickly_and_a_crash_after_the_lease_expires() {
+    with_temp_ns("leases-handoff", |client, ns| async move {
+        let a = start(&client, &ns, "replica-a");
+        let b = start(&client, &ns, "replica-b");
+        let c = start(&client, &ns, "replica-c");
+        wait_for("balanced", || async { settled(&[&a, &b, &c]).then_some(()) }).await;
+
+        // Graceful: released Leases are taken within a few retry periods.
+        let stopped = Instant::now();
+        c.stop.cancel();
+        c.task.await.expect("lease task").expect("clean release");
+        wait_for("a and b to cover every shard", || async { settled(&[&a, &b]).then_some(()) }).await;
+        let graceful = stopped.elapsed();
+
+        // Crash: nothing is released; the others wait for the Leases to expire.
+        let crashed = Instant::now();
+        b.task.abort();
+        wait_for("a to cover every shard", || async { (held(&a).len() == SHARDS as usize).then_some(()) }).await;
+        let crash = crashed.elapsed();
+        println!("handoff after a graceful stop: {graceful:?}; after a crash: {crash:?} (lease 4 s, retry 0.5 s)");
+        assert!(graceful < crash, "a graceful stop must hand over faster than waiting for expiry");
+        a.stop.cancel();
+        a.task.await.expect("lease task").expect("clean release");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replica_cut_off_from_the_api_server_stops_acting_before_anyone_else_takes_over() {
+    with_temp_ns("leases-fence", |client, ns| async move {
+        let proxy = Proxy::start(api_server_addr()).await;
+        let path = kubeconfig_via(proxy.addr, &ns);
+        let kubeconfig = Kubeconfig::read_from(&path).expect("proxied kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("proxied config");
+        let cut_client = Client::try_from(config).expect("proxied client");
+
+        let a = start(&client, &ns, "replica-a");
+        let cut = start(&cut_client, &ns, "replica-cut");
+        wait_for("balanced", || async { settled(&[&a, &cut]).then_some(()) }).await;
+        let theirs = held(&cut);
+
+        proxy.cut();
+        let mut fenced_at = None;
+        let mut taken_at = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && (fenced_at.is_none() || taken_at.is_none()) {
+            if fenced_at.is_none() && held(&cut).is_empty() {
+                fenced_at = Some(Instant::now());
+            }
+            if taken_at.is_none() && !held(&a).is_disjoint(&theirs) {
+                taken_at = Some(Instant::now());
+            }
+            assert!(exclusive(&[&a, &cut]), "the cut replica still acted on a shard another replica holds");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (fenced_at, taken_at) = (fenced_at.expect("the cut replica fenced itself"), taken_at.expect("a took over"));
+        println!("fenced {:?} before the takeover", taken_at.saturating_duration_since(fenced_at));
+        assert!(fenced_at < taken_at, "the cut replica must stop acting before its shards are taken");
+        a.stop.cancel();
+        cut.task.abort();
+        a.task.await.expect("lease task").expect("clean release");
+    })
+    .await;
+}
