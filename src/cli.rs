@@ -168,9 +168,14 @@ pub struct Args {
     #[arg(long, env = "ALERT_STRUCTURED", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub alert_structured: bool,
 
-    /// Name of the ConfigMap holding the checkpoint of acted-on hashes.
+    /// Name of the ConfigMap holding the checkpoint of acted-on hashes (one per shard).
     #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint")]
     pub checkpoint_name: String,
+
+    /// Number of shards namespaces are spread over; each is held through its own Lease.
+    /// Every replica of a fleet must use the same value.
+    #[arg(long, env = "SHARDS", default_value = "1")]
+    pub shards: u32,
 }
 
 /// Parse the process arguments, with the config file's values placed before the command line

@@ -2,12 +2,15 @@
 
 mod cli;
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, bail};
 use kube::runtime::events::Reporter;
 use reloader_fleet::reload::{self, Options};
-use reloader_fleet::{admin, watch};
+use reloader_fleet::shard::Ring;
+use reloader_fleet::{admin, lease, watch};
 use tokio::sync::{mpsc, watch as latest};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
@@ -58,11 +61,11 @@ async fn main() -> anyhow::Result<()> {
         pause_deployment_time_annotation: _,
         enable_pprof,
         pprof_addr: _,
-        leader_election_id: _,
-        leader_election_namespace: _,
-        leader_election_lease_duration: _,
-        leader_election_renew_deadline: _,
-        leader_election_retry_period: _,
+        leader_election_id,
+        leader_election_namespace,
+        leader_election_lease_duration,
+        leader_election_renew_deadline,
+        leader_election_retry_period,
         leader_election_release_on_cancel: _,
         metrics_addr,
         health_addr: _,
@@ -73,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         alert_additional_info: _,
         alert_structured: _,
         checkpoint_name,
+        shards,
     } = args;
     init_tracing(&log_format, &log_level)?;
 
@@ -93,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    let state = admin::AdminState::default();
+    let mut state = admin::AdminState::default();
     let api_calls = admin::ApiCalls::register(&state.registry).context("registering API call metrics")?;
     // Kubeconfig from $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
     let kube_config = kube::Config::infer()
@@ -111,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
     let reload_metrics =
         reload::Metrics::register(&state.registry, by_namespace).context("registering reload metrics")?;
 
+    let ring = Arc::new(Ring::new(shards).context("invalid --shards")?);
     let keys = settings.keys.clone();
     let compactor = watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone());
     let (store, writer) = watch::Store::new(keys.explicit_keys());
@@ -122,6 +127,7 @@ async fn main() -> anyhow::Result<()> {
         watch_secrets: settings.watch_secrets,
         compactor: compactor.clone(),
         workload_kinds: settings.workload_kinds.clone(),
+        ring: ring.clone(),
     };
     let checkpoint_namespace = pod_namespace
         .clone()
@@ -137,14 +143,51 @@ async fn main() -> anyhow::Result<()> {
         sync_after_restart,
         checkpoint_namespace,
         checkpoint_name,
-        reporter: Reporter { controller: "reloader".to_string(), instance: pod_name },
+        reporter: Reporter { controller: "reloader".to_string(), instance: pod_name.clone() },
         compactor,
+        ring: ring.clone(),
     };
 
     let shutdown = CancellationToken::new();
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
-    let (synced_tx, synced_rx) = latest::channel(false);
+    let (synced_tx, synced_rx) = latest::channel(None);
     let (reconciled_tx, mut ready_rx) = latest::channel(false);
+    let (active_tx, active_rx) = latest::channel(BTreeSet::new());
+
+    // Which shards this replica acts on: Leases decide with --enable-ha or several shards;
+    // otherwise this replica is alone and owns every shard.
+    let all_shards: BTreeSet<u32> = (0..shards).collect();
+    let (owned_tx, owned_rx) = latest::channel(BTreeSet::new());
+    let (mut lease_task, _fixed_ownership) = if enable_ha || shards > 1 {
+        let (Some(identity), Some(pod_namespace)) = (pod_name.clone(), pod_namespace.clone()) else {
+            bail!("--enable-ha and --shards above 1 need the POD_NAME and POD_NAMESPACE environment variables");
+        };
+        let namespace =
+            if leader_election_namespace.is_empty() { pod_namespace } else { leader_election_namespace.clone() };
+        let config = lease::Config {
+            namespace,
+            identity,
+            prefix: leader_election_id.clone(),
+            shards,
+            lease_duration: leader_election_lease_duration,
+            renew_deadline: leader_election_renew_deadline,
+            retry_period: leader_election_retry_period,
+        };
+        let (mut ownership, task) = lease::spawn(client.clone(), config, Some(active_rx.clone()), shutdown.clone());
+        state.ownership = Some(ownership.clone());
+        // Forward the held shards, the only part the watches need.
+        tokio::spawn(async move {
+            while ownership.changed().await.is_ok() {
+                let held = ownership.borrow_and_update().held.clone();
+                owned_tx.send_if_modified(|current| std::mem::replace(current, held) != *current);
+            }
+        });
+        (Some(task), None)
+    } else {
+        owned_tx.send_replace(all_shards);
+        // Kept until main returns: the ownership never changes.
+        (None, Some(owned_tx))
+    };
 
     let ready = state.ready.clone();
     let readiness = tokio::spawn(async move {
@@ -154,8 +197,15 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut admin_task = tokio::spawn(admin::serve(metrics_addr, state.clone(), shutdown.clone()));
     let mut watch_task = tokio::spawn(
-        watch::run(client.clone(), watch_config, writer, watch_metrics, changes_tx, synced_tx, shutdown.clone())
-            .instrument(info_span!("watch")),
+        watch::run(
+            client.clone(),
+            watch_config,
+            writer,
+            watch_metrics,
+            watch::Links { owned: owned_rx, changes: changes_tx, synced: synced_tx },
+            shutdown.clone(),
+        )
+        .instrument(info_span!("watch")),
     );
     let mut engine_task = tokio::spawn(
         reload::run(
@@ -163,7 +213,7 @@ async fn main() -> anyhow::Result<()> {
             engine_config,
             reload::Inputs { store, changes: changes_rx, synced: synced_rx },
             reload_metrics,
-            reconciled_tx,
+            reload::Outputs { reconciled: reconciled_tx, active: active_tx },
             shutdown.clone(),
         )
         .instrument(info_span!("reload")),
@@ -174,6 +224,7 @@ async fn main() -> anyhow::Result<()> {
         res = &mut admin_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "admin server")),
         res = &mut watch_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "watch task")),
         res = &mut engine_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "reload engine")),
+        Some(res) = supervise(&mut lease_task) => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "lease task")),
         () = wait_for_signal() => Ok(()),
     };
     info!("shutting down");
@@ -184,9 +235,24 @@ async fn main() -> anyhow::Result<()> {
     if !engine_task.is_finished() && tokio::time::timeout(SHUTDOWN_GRACE, &mut engine_task).await.is_err() {
         warn!("the reload engine did not stop in time; the next start replays recent changes");
     }
+    // Then give the Leases back, so the next owners take over at once.
+    if let Some(task) = lease_task.as_mut()
+        && !task.is_finished()
+        && tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err()
+    {
+        warn!("releasing the leases did not finish in time; they will expire instead");
+    }
     watch_task.abort();
     admin_task.abort();
     result
+}
+
+/// Wait for an optional task; never resolves without one.
+async fn supervise<T>(task: &mut Option<tokio::task::JoinHandle<T>>) -> Option<Result<T, tokio::task::JoinError>> {
+    match task {
+        Some(handle) => Some(handle.await),
+        None => std::future::pending().await,
+    }
 }
 
 /// Any end of a supervised task before shutdown is an error.

@@ -17,6 +17,8 @@ pub struct AdminState {
     pub registry: Registry,
     /// Set once every watch has finished its first list; cleared when shutdown starts.
     pub ready: Arc<AtomicBool>,
+    /// Shard ownership from the lease room; `None` for a replica without Leases.
+    pub ownership: Option<tokio::sync::watch::Receiver<crate::lease::Ownership>>,
 }
 
 #[derive(Debug, thiserror::Error)]

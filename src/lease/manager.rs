@@ -80,6 +80,8 @@ pub enum ShardState {
     Active,
     /// Held here on record, but not renewed within the deadline: this replica does not act.
     Fenced,
+    /// Held here, withdrawn to move to another replica once the engine let go of it.
+    Draining,
     /// Held by another replica.
     Elsewhere,
     /// Nobody holds it (or the holder's Lease expired).
@@ -143,14 +145,27 @@ impl Observed {
 /// and deletes its membership Lease.
 ///
 /// The receiver starts with nothing held.
+///
+/// `working` is the set of shards the engine still acts on: a shard that is to move is first
+/// withdrawn from [`Ownership::held`], kept renewed until it leaves `working` (its checkpoint
+/// is saved) or the renew deadline passes, and only then released (drain -> checkpoint ->
+/// release). `None` releases at once.
 pub fn spawn(
     client: Client,
     config: Config,
+    working: Option<watch::Receiver<BTreeSet<u32>>>,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<Ownership>, JoinHandle<Result<(), Error>>) {
     let (tx, rx) = watch::channel(Ownership::default());
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let task = Manager { api, config, observed: HashMap::new(), last_ok_send: HashMap::new() };
+    let task = Manager {
+        api,
+        config,
+        observed: HashMap::new(),
+        last_ok_send: HashMap::new(),
+        draining: HashMap::new(),
+        working,
+    };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
 
@@ -160,6 +175,9 @@ struct Manager {
     observed: HashMap<String, Observed>,
     /// When the last successful acquire or renew of each shard was sent.
     last_ok_send: HashMap<u32, Instant>,
+    /// Shards withdrawn from `held` and waiting for the engine to let go, since when.
+    draining: HashMap<u32, Instant>,
+    working: Option<watch::Receiver<BTreeSet<u32>>>,
 }
 
 impl Manager {
@@ -184,8 +202,13 @@ impl Manager {
                 changed
             });
         }
-        // Stop acting first, then give the Leases back so the next owners take them at once.
+        // Stop acting first, let the engine save its checkpoints, then give the Leases back so
+        // the next owners take them at once.
         tx.send_modify(|o| o.held.clear());
+        if let Some(working) = self.working.as_mut() {
+            let drained = working.wait_for(BTreeSet::is_empty);
+            let _ = tokio::time::timeout(self.config.renew_deadline, drained).await;
+        }
         self.release_all().await
     }
 
@@ -209,8 +232,16 @@ impl Manager {
             let held = observed.as_ref().is_some_and(|o| o.holder() == self.config.identity);
             let wanted = desired.contains(&shard);
             match (held, wanted) {
-                (true, true) => self.write(shard, observed.as_ref(), true).await,
-                (true, false) => self.release(shard, observed.as_ref()).await,
+                (true, true) => {
+                    self.draining.remove(&shard);
+                    self.write(shard, observed.as_ref(), true).await;
+                }
+                (true, false) if self.drained(shard) => {
+                    self.draining.remove(&shard);
+                    self.release(shard, observed.as_ref()).await;
+                }
+                // Keep the Lease while the engine finishes with the shard.
+                (true, false) => self.write(shard, observed.as_ref(), true).await,
                 (false, true) => {
                     let free = observed.as_ref().is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now()));
                     if free {
@@ -220,6 +251,14 @@ impl Manager {
                 (false, false) => {}
             }
         }
+    }
+
+    /// Whether a shard to move is withdrawn and finished with: the engine let go of it, or the
+    /// renew deadline passed since it was withdrawn (the engine stopped acting on it anyway).
+    fn drained(&mut self, shard: u32) -> bool {
+        let since = *self.draining.entry(shard).or_insert_with(Instant::now);
+        let let_go = self.working.as_ref().is_none_or(|w| !w.borrow().contains(&shard));
+        let_go || since.elapsed() >= self.config.renew_deadline
     }
 
     /// LIST the fleet's Leases and note which changed since the last look.
@@ -368,7 +407,13 @@ impl Manager {
                 .get(&shard)
                 .is_some_and(|sent| now.saturating_duration_since(*sent) < self.config.renew_deadline);
             let state = if holder == self.config.identity {
-                if in_time { ShardState::Active } else { ShardState::Fenced }
+                if self.draining.contains_key(&shard) {
+                    ShardState::Draining
+                } else if in_time {
+                    ShardState::Active
+                } else {
+                    ShardState::Fenced
+                }
             } else if holder.is_empty() || observed.is_some_and(|o| o.expired(now)) {
                 ShardState::Free
             } else {

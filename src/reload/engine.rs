@@ -9,7 +9,7 @@
 //! The engine never LISTs or GETs workloads or resources: the store answers. The acted-on
 //! hashes are the checkpoint, saved to the cluster a moment after they change and on shutdown.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,12 +24,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::reload::checkpoint::{self, Checkpoint, ShortHash, short};
+use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
 use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch, target_container};
+use crate::shard::Ring;
 use crate::watch::{
-    Cause, Change, Compactor, ResourceKey, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload, Store,
-    Workload, WorkloadKey, WorkloadKind,
+    Cause, Change, Compactor, ResourceKey, ResourceState, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload,
+    Store, Workload, WorkloadKey, WorkloadKind,
 };
 
 /// Field manager of every write, as Reloader's.
@@ -56,9 +57,12 @@ pub struct Config {
     pub reload_on_delete: bool,
     /// `--sync-after-restart`: with reload-on-create, every resource counts as created at start.
     pub sync_after_restart: bool,
-    /// Where the checkpoint ConfigMap lives.
+    /// Where the checkpoint ConfigMaps live; one per shard, named `<checkpoint_name>-shard-<n>`
+    /// (just `<checkpoint_name>` with a single shard).
     pub checkpoint_namespace: String,
     pub checkpoint_name: String,
+    /// Namespace -> shard, as the watches use it.
+    pub ring: Arc<Ring>,
     /// Who writes Events (`reportingController` / `reportingInstance`).
     pub reporter: Reporter,
     pub compactor: Compactor,
@@ -66,10 +70,6 @@ pub struct Config {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The checkpoint could not be read at start; without it the engine cannot tell what
-    /// changed while it was away. The caller may restart the engine.
-    #[error("cannot load the checkpoint")]
-    LoadCheckpoint(#[source] checkpoint::Error),
     /// The watch task ended before finishing its first sync.
     #[error("the watches stopped before their initial sync")]
     WatchGone,
@@ -89,32 +89,40 @@ pub struct Inputs {
     pub store: Store,
     /// Changes from the watch task, which owns the sending side; closed when it stops.
     pub changes: mpsc::Receiver<Change>,
-    /// True once every watch finished its first list.
-    pub synced: watch::Receiver<bool>,
+    /// The shards the store is complete for (`None` before the first list).
+    pub synced: watch::Receiver<Option<BTreeSet<u32>>>,
 }
 
-/// Run the engine until `shutdown`: wait for the watches' first sync, reconcile the store
-/// against the checkpoint, then act on every change received. `reconciled` turns true once
-/// the first reconcile is done (what readiness waits for).
+/// What the engine tells the others. The engine is the only sender of both.
+pub struct Outputs {
+    /// True once the first reconcile is done: what readiness waits for.
+    pub reconciled: watch::Sender<bool>,
+    /// Shards the engine is acting on. A shard leaves it only after its checkpoint is saved,
+    /// so the lease room releases a shard's Lease once it is gone from here.
+    pub active: watch::Sender<BTreeSet<u32>>,
+}
+
+/// Run the engine until `shutdown`: take up every shard the store is complete for (load its
+/// checkpoint, act on what changed while nobody watched), act on every change in active
+/// shards, and drop shards the watches let go of after saving their checkpoints.
 ///
 /// # Errors
-/// [`Error::LoadCheckpoint`] if the checkpoint cannot be read at start; [`Error::WatchGone`]
-/// if the watches end before syncing. Failed writes are retried, never returned.
+/// [`Error::WatchGone`] if the watches end before their first sync. Failed writes and
+/// checkpoint reads are retried, never returned.
 pub async fn run(
     client: Client,
     config: Config,
     inputs: Inputs,
     metrics: Metrics,
-    reconciled: watch::Sender<bool>,
+    outputs: Outputs,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let Inputs { store, mut changes, mut synced } = inputs;
+    let Outputs { reconciled, active } = outputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
-        res = synced.wait_for(|s| *s) => { res.map_err(|_| Error::WatchGone)?; }
+        res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
-    let mut checkpoint = Checkpoint::new(client.clone(), &config.checkpoint_namespace, &config.checkpoint_name);
-    let loaded = checkpoint.load().await.map_err(Error::LoadCheckpoint)?;
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
     let rules = Rules::new(config.keys.clone(), config.options.clone());
     let mut engine = Engine {
@@ -130,54 +138,60 @@ pub async fn run(
         retries: DelayQueue::new(),
         retry_keys: HashMap::new(),
         attempts: HashMap::new(),
+        checkpoints: BTreeMap::new(),
+        dirty: BTreeSet::new(),
     };
-    let initial = engine.initial_work(loaded);
-    info!(changes = initial.len(), "reconciling the store against the checkpoint");
-    let mut dirty = true;
-    for (change, forced) in initial {
-        engine.handle(change, forced).await;
-    }
+    let wanted = synced.borrow_and_update().clone().unwrap_or_default();
+    engine.follow(&wanted).await;
+    active.send_replace(engine.checkpoints.keys().copied().collect());
     reconciled.send_replace(true);
 
     let mut save_at: Option<Instant> = Some(Instant::now());
-    let mut resume_sweep = tokio::time::interval(RESUME_SWEEP);
-    resume_sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = tokio::time::interval(RESUME_SWEEP);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let save_deadline = save_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Some(change) = changes.recv() => {
-                dirty |= engine.handle(change, None).await;
+            Ok(()) = synced.changed() => {
+                let wanted = synced.borrow_and_update().clone().unwrap_or_default();
+                engine.follow(&wanted).await;
+                active.send_replace(engine.checkpoints.keys().copied().collect());
             }
+            Some(change) = changes.recv() => engine.handle(change, None).await,
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
                 engine.retry_keys.remove(&key);
                 engine.metrics.retries.inc();
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
-                dirty |= engine.handle(Change { key, observed, cause: Cause::Event }, None).await;
+                engine.handle(Change { key, observed, cause: Cause::Event }, None).await;
             }
-            _ = resume_sweep.tick() => engine.resume_paused().await,
+            _ = tick.tick() => {
+                engine.resume_paused().await;
+                // Shards whose checkpoint could not be read yet.
+                let wanted = synced.borrow().clone().unwrap_or_default();
+                if wanted.iter().any(|s| !engine.checkpoints.contains_key(s)) {
+                    engine.follow(&wanted).await;
+                    active.send_replace(engine.checkpoints.keys().copied().collect());
+                }
+            }
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
                 save_at = None;
-                if let Err(err) = checkpoint.save(&engine.acted).await {
-                    engine.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                    warn!(error = %err, "saving the checkpoint failed; retrying");
+                if !engine.save_dirty().await {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
-                dirty = false;
             }
             else => break,
         }
-        if dirty && save_at.is_none() {
+        if !engine.dirty.is_empty() && save_at.is_none() {
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
     }
     // Shutdown: in-flight writes are done (the loop is sequential); keep what was acted on.
-    if let Err(err) = checkpoint.save(&engine.acted).await {
-        warn!(error = %err, "saving the checkpoint at shutdown failed; the next start replays recent changes");
-    }
+    engine.follow(&BTreeSet::new()).await;
+    active.send_replace(BTreeSet::new());
     Ok(())
 }
 
@@ -197,17 +211,26 @@ struct Engine {
     retries: DelayQueue<ResourceKey>,
     retry_keys: HashMap<ResourceKey, tokio_util::time::delay_queue::Key>,
     attempts: HashMap<ResourceKey, u32>,
+    /// The active shards and their checkpoints.
+    checkpoints: BTreeMap<u32, Checkpoint>,
+    /// Active shards whose acted-on hashes changed since their last save.
+    dirty: BTreeSet<u32>,
 }
 
 impl Engine {
-    /// Compare the synced store with the checkpoint: what changed while nobody watched?
-    /// Returns the keys to process, each with the transition to force (if any).
-    fn initial_work(&mut self, loaded: Option<HashMap<ResourceKey, ShortHash>>) -> Vec<(Change, Option<Transition>)> {
+    /// Compare a shard's part of the synced store with its checkpoint: what changed while
+    /// nobody watched? Returns the changes to process, each with the transition to force.
+    fn initial_work(
+        &mut self,
+        shard: u32,
+        loaded: Option<HashMap<ResourceKey, ShortHash>>,
+    ) -> Vec<(Change, Option<Transition>)> {
         let first_start = loaded.is_none();
         let loaded = loaded.unwrap_or_default();
         let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
         let mut work = Vec::new();
-        let current = self.store.resources();
+        let current: Vec<(ResourceKey, ResourceState)> =
+            self.store.resources().into_iter().filter(|(k, _)| self.shard_of(k) == shard).collect();
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
             let change = Change { key: key.clone(), observed: Some(state.hash), cause: Cause::Event };
@@ -228,7 +251,7 @@ impl Engine {
             }
         }
         for (key, last) in loaded {
-            if !present.contains(&key) {
+            if !present.contains(&key) && self.shard_of(&key) == shard {
                 self.acted.insert(key.clone(), last);
                 work.push((Change { key, observed: None, cause: Cause::Event }, None));
             }
@@ -237,8 +260,98 @@ impl Engine {
         work
     }
 
-    /// Process one resource; returns whether the acted-on hashes changed.
-    async fn handle(&mut self, change: Change, forced: Option<Transition>) -> bool {
+    fn shard_of(&self, key: &ResourceKey) -> u32 {
+        self.config.ring.shard_of(&key.namespace)
+    }
+
+    fn checkpoint_name(&self, shard: u32) -> String {
+        if self.config.ring.shards() == 1 {
+            self.config.checkpoint_name.clone()
+        } else {
+            format!("{}-shard-{shard}", self.config.checkpoint_name)
+        }
+    }
+
+    /// Make the active shards equal `wanted`: save and drop the others, take up the new ones
+    /// (load the checkpoint, act on what changed meanwhile). A shard whose checkpoint cannot be
+    /// read stays inactive and is tried again on the next tick.
+    async fn follow(&mut self, wanted: &BTreeSet<u32>) {
+        let lost: Vec<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
+        for shard in lost {
+            // One retry: after that, the next owner replays the recent changes (harmless).
+            if !self.save(shard).await && !self.save(shard).await {
+                warn!(shard, "letting go of a shard with an unsaved checkpoint");
+            }
+            self.checkpoints.remove(&shard);
+            self.dirty.remove(&shard);
+            let keys: Vec<ResourceKey> = self.acted.keys().filter(|k| self.shard_of(k) == shard).cloned().collect();
+            for key in keys {
+                self.acted.remove(&key);
+                self.clear_retry(&key);
+            }
+            info!(shard, "shard let go; checkpoint saved");
+        }
+        for &shard in wanted {
+            if self.checkpoints.contains_key(&shard) {
+                continue;
+            }
+            let mut checkpoint =
+                Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
+            let loaded = match checkpoint.load().await {
+                Ok(loaded) => loaded,
+                Err(err) => {
+                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(shard, error = %err, "cannot read the shard's checkpoint yet; retrying");
+                    continue;
+                }
+            };
+            self.checkpoints.insert(shard, checkpoint);
+            let work = self.initial_work(shard, loaded);
+            info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
+            self.dirty.insert(shard);
+            for (change, forced) in work {
+                self.handle(change, forced).await;
+            }
+        }
+    }
+
+    /// The acted-on hashes of one shard.
+    fn entries(&self, shard: u32) -> HashMap<ResourceKey, ShortHash> {
+        self.acted.iter().filter(|(k, _)| self.shard_of(k) == shard).map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    async fn save(&mut self, shard: u32) -> bool {
+        let entries = self.entries(shard);
+        let Some(checkpoint) = self.checkpoints.get_mut(&shard) else { return true };
+        match checkpoint.save(&entries).await {
+            Ok(()) => {
+                self.dirty.remove(&shard);
+                true
+            }
+            Err(err) => {
+                self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                warn!(shard, error = %err, "saving the checkpoint failed; retrying");
+                false
+            }
+        }
+    }
+
+    /// Save every dirty shard; false if any save failed.
+    async fn save_dirty(&mut self) -> bool {
+        let mut ok = true;
+        for shard in self.dirty.clone() {
+            ok &= self.save(shard).await;
+        }
+        ok
+    }
+
+    /// Process one change of an active shard (changes of other shards are covered when the
+    /// shard is taken up, by comparing the store with its checkpoint).
+    async fn handle(&mut self, change: Change, forced: Option<Transition>) {
+        let shard = self.shard_of(&change.key);
+        if !self.checkpoints.contains_key(&shard) {
+            return;
+        }
         let key = change.key.clone();
         let before = self.acted.get(&key).copied();
         let started = Instant::now();
@@ -260,7 +373,9 @@ impl Engine {
             }
             Outcome::Skipped => self.clear_retry(&key),
         }
-        self.acted.get(&key).copied() != before
+        if self.acted.get(&key).copied() != before {
+            self.dirty.insert(shard);
+        }
     }
 
     fn schedule_retry(&mut self, key: ResourceKey) {
@@ -332,11 +447,7 @@ impl Engine {
             // A deleted resource is matched as if it had no annotations of its own.
             None => (
                 Target::Deleted,
-                crate::watch::ResourceState {
-                    hash: crate::watch::DataHash::of_bytes(b""),
-                    ignored: false,
-                    search_match: false,
-                },
+                ResourceState { hash: crate::watch::DataHash::of_bytes(b""), ignored: false, search_match: false },
             ),
         };
 

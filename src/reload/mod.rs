@@ -12,7 +12,7 @@ mod pause;
 mod rules;
 mod strategy;
 
-pub use engine::{Config, Error, FIELD_MANAGER, Inputs, run};
+pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
 pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, TypedKeys};
 pub use metrics::Metrics;

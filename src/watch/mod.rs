@@ -17,5 +17,5 @@ pub use object::{
     WorkloadKind,
 };
 pub use store::{Store, Writer};
-pub use watcher::{Config, Error, run};
+pub use watcher::{Config, Error, Links, run};
 pub use wire::{Compactor, INTERNAL_LABEL, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload};

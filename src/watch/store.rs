@@ -159,6 +159,17 @@ impl Writer {
         }
     }
 
+    /// Every namespace with a stored object.
+    pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
+        let inner = self.store.read();
+        inner
+            .resources
+            .keys()
+            .map(|k| k.namespace.clone())
+            .chain(inner.workloads.keys().map(|k| k.namespace.clone()))
+            .collect()
+    }
+
     /// Drop everything stored for a namespace (it left this replica's scope).
     pub fn forget_namespace(&self, namespace: &str) {
         let mut inner = self.write();

@@ -11,7 +11,7 @@
 //! Relists after `410 Gone` or a reconnect are diffed against the store, so a change that
 //! happened while the watch was down is still sent.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -27,14 +27,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::shard::{LabelSelector, NamespaceFilter};
+use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::wire::{
     Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet, SlimWorkload,
 };
 use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
 
 /// What to watch and what to keep.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Config {
     /// `None`: cluster-wide watches. `Some`: one watch per listed namespace and nothing
     /// cluster-scoped, so a namespaced Role is enough.
@@ -49,6 +49,19 @@ pub struct Config {
     pub compactor: Compactor,
     /// Workload kinds to watch (`--ignored-workload-types` removes some).
     pub workload_kinds: Vec<WorkloadKind>,
+    /// Namespace -> shard; only namespaces of owned shards are stored.
+    pub ring: Arc<Ring>,
+}
+
+/// The watch task's channels to and from the other rooms.
+pub struct Links {
+    /// Shards this replica owns, from the lease room (constant without leases).
+    pub owned: watch::Receiver<BTreeSet<u32>>,
+    /// Changes to the engine; the watch task is the only sender.
+    pub changes: mpsc::Sender<Change>,
+    /// The shards the store is complete for: `None` before the first full list, then the owned
+    /// shards once every watch has listed them. The watch task is the only sender.
+    pub synced: watch::Sender<Option<BTreeSet<u32>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,10 +114,12 @@ impl StreamState {
     }
 }
 
-/// Run the watches until `shutdown`, keeping `writer`'s store current.
+/// Run the watches until `shutdown`, keeping `writer`'s store current with the objects of
+/// selected namespaces in owned shards.
 ///
-/// `synced` turns true once every watch has finished its first list. `changes` receives the
-/// key of every resource whose data changed, appeared or disappeared after that.
+/// `links.changes` receives every resource whose data changed, appeared or disappeared once
+/// the first list is done; `links.synced` says which shards the store is complete for. A gained
+/// shard relists every watch (its objects load); a lost one is forgotten at once.
 ///
 /// # Errors
 /// [`Error::EngineGone`] when the receiver of `changes` is dropped. API errors are retried
@@ -114,10 +129,10 @@ pub async fn run(
     config: Config,
     writer: Writer,
     metrics: Metrics,
-    changes: mpsc::Sender<Change>,
-    synced: watch::Sender<bool>,
+    links: Links,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let Links { mut owned, changes, synced } = links;
     let mut task = WatchTask {
         compactor: config.compactor.clone(),
         config,
@@ -128,6 +143,8 @@ pub async fn run(
         selected: HashSet::new(),
         streams: Vec::new(),
         all_synced: false,
+        owned: owned.borrow_and_update().clone(),
+        synced_for: None,
     };
     let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
     let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone()));
@@ -150,6 +167,13 @@ pub async fn run(
                         break;
                     }
                 }
+                Ok(()) = owned.changed() => {
+                    let now_owned = owned.borrow_and_update().clone();
+                    if task.apply_ownership(now_owned, &synced) {
+                        info!(shards = ?task.owned, "gained shards; relisting watches to load them");
+                        break;
+                    }
+                }
                 Some((stream, item)) = merged.next() => {
                     match item {
                         Ok(incoming) => task.apply(stream, incoming).await?,
@@ -161,10 +185,11 @@ pub async fn run(
                     let (resources, workloads) = task.writer.store().len();
                     task.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
                     task.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
-                    if !task.all_synced && task.streams.iter().all(|s| s.synced_once) {
+                    if task.streams.iter().all(|s| s.synced_once) && task.synced_for.as_ref() != Some(&task.owned) {
                         task.all_synced = true;
-                        info!(resources, workloads, "initial sync complete");
-                        synced.send_replace(true);
+                        task.synced_for = Some(task.owned.clone());
+                        info!(resources, workloads, shards = ?task.owned, "store in sync");
+                        synced.send_replace(task.synced_for.clone());
                     }
                 }
             }
@@ -181,7 +206,12 @@ struct WatchTask {
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     selected: HashSet<String>,
     streams: Vec<StreamState>,
+    /// Whether the first full list is done (later lists are diffed and sent as changes).
     all_synced: bool,
+    /// Shards owned now.
+    owned: BTreeSet<u32>,
+    /// Shards the store is complete for.
+    synced_for: Option<BTreeSet<u32>>,
 }
 
 type NamespaceStream =
@@ -266,7 +296,31 @@ impl WatchTask {
         }
     }
 
+    /// Adopt a new owned set: forget lost shards at once; returns whether shards were gained
+    /// (then the watches must relist to load them).
+    fn apply_ownership(&mut self, now_owned: BTreeSet<u32>, synced: &watch::Sender<Option<BTreeSet<u32>>>) -> bool {
+        let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
+        let gained = now_owned.difference(&self.owned).next().is_some();
+        if !lost.is_empty() {
+            for namespace in self.writer.namespaces() {
+                if lost.contains(&self.config.ring.shard_of(&namespace)) {
+                    self.writer.forget_namespace(&namespace);
+                }
+            }
+            info!(lost = ?lost, "lost shards; forgot their objects");
+        }
+        self.owned = now_owned;
+        if let Some(done) = self.synced_for.as_mut() {
+            done.retain(|s| self.owned.contains(s));
+            synced.send_replace(self.synced_for.clone());
+        }
+        gained
+    }
+
     fn is_selected(&self, namespace: &str) -> bool {
+        if !self.owned.contains(&self.config.ring.shard_of(namespace)) {
+            return false;
+        }
         if self.config.namespaces.is_some() {
             // Namespace-scoped watches only ever see listed namespaces.
             return true;
