@@ -173,7 +173,9 @@ async fn main() -> anyhow::Result<()> {
             renew_deadline: leader_election_renew_deadline,
             retry_period: leader_election_retry_period,
         };
-        let (mut ownership, task) = lease::spawn(client.clone(), config, Some(active_rx.clone()), shutdown.clone());
+        let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
+        let (mut ownership, task) =
+            lease::spawn(client.clone(), config, Some(active_rx.clone()), metrics, shutdown.clone());
         state.ownership = Some(ownership.clone());
         // Forward the held shards, the only part the watches need.
         tokio::spawn(async move {

@@ -41,7 +41,13 @@ fn config(ns: &str, identity: &str) -> lease::Config {
 
 fn start(client: &Client, ns: &str, identity: &str) -> Replica {
     let stop = CancellationToken::new();
-    let (ownership, task) = lease::spawn(client.clone(), config(ns, identity), None, stop.clone());
+    let (ownership, task) = lease::spawn(
+        client.clone(),
+        config(ns, identity),
+        None,
+        lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry"),
+        stop.clone(),
+    );
     Replica { ownership, task, stop }
 }
 

@@ -43,6 +43,42 @@ pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
 pub const ROLE_LABEL: &str = "reloader-fleet.stakater.com/role";
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The lease room's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    /// `reloader_shards_held`: shards this replica acts on.
+    pub shards_held: prometheus::IntGauge,
+    /// `reloader_lease_acquisitions_total`.
+    pub acquisitions: prometheus::IntCounter,
+    /// `reloader_lease_losses_total`: shards this replica stopped acting on (moved, fenced).
+    pub losses: prometheus::IntCounter,
+    /// `reloader_shard_handoff_seconds`: from seeing a Lease last change to acquiring it.
+    pub handoff: prometheus::Histogram,
+}
+
+impl Metrics {
+    /// # Errors
+    /// When a series of the same name is already registered.
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        let shards_held = prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on")?;
+        let acquisitions = prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired")?;
+        let losses =
+            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on")?;
+        let handoff = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new(
+                "reloader_shard_handoff_seconds",
+                "From a Lease's last observed change to acquiring it",
+            )
+            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
+        )?;
+        registry.register(Box::new(shards_held.clone()))?;
+        registry.register(Box::new(acquisitions.clone()))?;
+        registry.register(Box::new(losses.clone()))?;
+        registry.register(Box::new(handoff.clone()))?;
+        Ok(Metrics { shards_held, acquisitions, losses, handoff })
+    }
+}
+
 /// Lease timings and names.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -154,6 +190,7 @@ pub fn spawn(
     client: Client,
     config: Config,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<Ownership>, JoinHandle<Result<(), Error>>) {
     let (tx, rx) = watch::channel(Ownership::default());
@@ -165,6 +202,7 @@ pub fn spawn(
         last_ok_send: HashMap::new(),
         draining: HashMap::new(),
         working,
+        metrics,
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -178,6 +216,7 @@ struct Manager {
     /// Shards withdrawn from `held` and waiting for the engine to let go, since when.
     draining: HashMap<u32, Instant>,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
+    metrics: Metrics,
 }
 
 impl Manager {
@@ -196,6 +235,9 @@ impl Manager {
                 debug!("lease round took longer than the retry period");
             }
             let ownership = self.ownership(Instant::now());
+            let lost = tx.borrow().held.difference(&ownership.held).count();
+            self.metrics.losses.inc_by(lost as u64);
+            self.metrics.shards_held.set(ownership.held.len() as i64);
             tx.send_if_modified(|current| {
                 let changed = current.held != ownership.held || current.members != ownership.members;
                 *current = ownership;
@@ -205,6 +247,7 @@ impl Manager {
         // Stop acting first, let the engine save its checkpoints, then give the Leases back so
         // the next owners take them at once.
         tx.send_modify(|o| o.held.clear());
+        self.metrics.shards_held.set(0);
         if let Some(working) = self.working.as_mut() {
             let drained = working.wait_for(BTreeSet::is_empty);
             let _ = tokio::time::timeout(self.config.renew_deadline, drained).await;
@@ -311,6 +354,11 @@ impl Manager {
             Ok(written) => {
                 if !renewing {
                     info!(shard, lease = %name, "shard lease acquired");
+                    self.metrics.acquisitions.inc();
+                    if let Some(previous) = observed {
+                        // From the moment this replica saw the Lease's last change to holding it.
+                        self.metrics.handoff.observe(sent.saturating_duration_since(previous.changed_at).as_secs_f64());
+                    }
                 }
                 self.last_ok_send.insert(shard, sent);
                 self.observed.insert(name, Observed { lease: written, changed_at: sent });

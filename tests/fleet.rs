@@ -1,0 +1,124 @@
+//! Several `reloader` processes sharing 16 shards on the real API server: every namespace is
+//! served by exactly one replica, and no change is lost or applied twice when a replica stops
+//! gracefully or is killed.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::json;
+use support::controller::Controller;
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
+use support::scenario::Ctx;
+use support::{wait_for, with_temp_ns};
+use tokio::time::Instant;
+
+const NAMESPACES: usize = 12;
+
+fn args(selector: &str) -> Vec<String> {
+    vec![
+        format!("--namespace-selector={selector}"),
+        "--shards=16".into(),
+        "--enable-ha".into(),
+        "--leader-election-lease-duration=4s".into(),
+        "--leader-election-renew-deadline=3s".into(),
+        "--leader-election-retry-period=500ms".into(),
+    ]
+}
+
+async fn start(home: &str, name: &str, selector: &str) -> Controller {
+    let args = args(selector);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Controller::start(name, home, &refs).await
+}
+
+/// Update every namespace's ConfigMap to `value` and wait until each Deployment records it,
+/// checking that each rolled exactly once.
+async fn update_all(client: &kube::Client, namespaces: &[String], value: &str) -> Duration {
+    let mut before = Vec::new();
+    for ns in namespaces {
+        before.push(generation(client, ns, Kind::Deployment, "web").await);
+    }
+    let started = Instant::now();
+    for ns in namespaces {
+        patch_configmap(client, ns, "cm", json!({ "data": { "k": value } })).await;
+    }
+    let hash = cm_hash(&[("k", value)]);
+    for ns in namespaces {
+        Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars }
+            .wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash)
+            .await;
+    }
+    let took = started.elapsed();
+    for (ns, before) in namespaces.iter().zip(before) {
+        let after = generation(client, ns, Kind::Deployment, "web").await;
+        assert_eq!(after, before + 1, "namespace {ns} rolled {} times for one change", after - before);
+    }
+    took
+}
+
+#[tokio::test]
+async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes() {
+    with_temp_ns("fleet", |client, home| async move {
+        let label = format!("reloader-fleet.test/fleet={home}");
+        let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{home}-{i}")).collect();
+        let api: Api<Namespace> = Api::all(client.clone());
+        for ns in &namespaces {
+            let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
+                "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" } } }))
+            .expect("namespace JSON");
+            api.create(&PostParams::default(), &object).await.expect("create namespace");
+            create_configmap(&client, ns, "cm", &[("k", "0")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
+        }
+
+        let a = start(&home, &format!("{home}-a"), &label).await;
+        let b = start(&home, &format!("{home}-b"), &label).await;
+        let c = start(&home, &format!("{home}-c"), &label).await;
+        wait_for("16 shards held across 3 replicas", || async {
+            let total = a.metric("reloader_shards_held").await + b.metric("reloader_shards_held").await
+                + c.metric("reloader_shards_held").await;
+            (total == 16.0).then_some(())
+        })
+        .await;
+        let steady = update_all(&client, &namespaces, "1").await;
+
+        // Graceful stop: its shards move and the next change is served once.
+        c.stop().await;
+        wait_for("16 shards held across 2 replicas", || async {
+            let total = a.metric("reloader_shards_held").await + b.metric("reloader_shards_held").await;
+            (total == 16.0).then_some(())
+        })
+        .await;
+        let after_stop = update_all(&client, &namespaces, "2").await;
+
+        // Crash: the shards move once the Leases expire; a change made meanwhile is not lost.
+        drop(b);
+        let mut before = Vec::new();
+        for ns in &namespaces {
+            before.push(generation(&client, ns, Kind::Deployment, "web").await);
+            patch_configmap(&client, ns, "cm", json!({ "data": { "k": "3" } })).await;
+        }
+        let hash = cm_hash(&[("k", "3")]);
+        for ns in &namespaces {
+            Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars }
+                .wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash)
+                .await;
+        }
+        for (ns, before) in namespaces.iter().zip(before) {
+            assert_eq!(generation(&client, ns, Kind::Deployment, "web").await, before + 1, "{ns} after the crash");
+        }
+        let after_crash = update_all(&client, &namespaces, "4").await;
+        println!("{NAMESPACES} namespaces served in {steady:?} (3 replicas), {after_stop:?} (after a stop), {after_crash:?} (after a crash)");
+        a.stop().await;
+        for ns in &namespaces {
+            let _ = api.delete(ns, &DeleteParams::background()).await;
+        }
+    })
+    .await;
+}
