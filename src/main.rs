@@ -191,6 +191,14 @@ async fn main() -> anyhow::Result<()> {
         (None, Some(owned_tx))
     };
 
+    state.fleet = Some(Arc::new(admin::FleetView {
+        identity: pod_name.clone().unwrap_or_else(|| "reloader".to_string()),
+        ring: ring.clone(),
+        filter: settings.filter.clone(),
+        store: store.clone(),
+        stats: reload_metrics.namespaces.clone(),
+        client: Some(client.clone()),
+    }));
     let ready = state.ready.clone();
     let readiness = tokio::spawn(async move {
         if ready_rx.wait_for(|s| *s).await.is_ok() {

@@ -86,6 +86,20 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
             (total == 16.0).then_some(())
         })
         .await;
+        // Every replica's /shards agrees on the holders, and each shard is held by exactly one.
+        let mut held_by: Vec<Vec<String>> = vec![Vec::new(); 16];
+        for ctl in [&a, &b, &c] {
+            let body: serde_json::Value = serde_json::from_str(&ctl.get("/shards").await).expect("/shards is JSON");
+            assert_eq!(body["ring"]["shards"], 16);
+            for shard in body["shards"].as_array().expect("shards") {
+                if shard["held_here"] == true {
+                    let id = shard["id"].as_u64().expect("id") as usize;
+                    held_by[id].push(body["identity"].as_str().unwrap_or_default().to_string());
+                    assert_eq!(shard["holder"], body["identity"], "a replica holds a shard on record");
+                }
+            }
+        }
+        assert!(held_by.iter().all(|h| h.len() == 1), "each shard held by exactly one replica: {held_by:?}");
         let steady = update_all(&client, &namespaces, "1").await;
 
         // Graceful stop: its shards move and the next change is served once.

@@ -1,10 +1,12 @@
-//! The admin HTTP server: Prometheus metrics, liveness and readiness.
+//! The admin HTTP server: Prometheus metrics, liveness, readiness and the fleet views.
 //!
 //! Reloader serves everything on `:9090` (`/metrics`, `/live`), and v2 adds `/healthz` and
 //! `/readyz`; one server here answers all of them so that existing probes keep working.
 
 mod api_calls;
+mod fleet;
 mod router;
 
 pub use api_calls::ApiCalls;
+pub use fleet::FleetView;
 pub use router::{AdminState, Error, router, serve};

@@ -10,6 +10,8 @@ use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::fleet::{self, FleetView};
+
 /// What the admin server reads. Cheap to clone; every room keeps its own handle.
 #[derive(Clone, Default)]
 pub struct AdminState {
@@ -19,6 +21,8 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// Shard ownership from the lease room; `None` for a replica without Leases.
     pub ownership: Option<tokio::sync::watch::Receiver<crate::lease::Ownership>>,
+    /// What `/shards` and `/namespaces` read; `None` until wired.
+    pub fleet: Option<Arc<FleetView>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +46,9 @@ pub fn router(state: AdminState) -> Router {
         .route("/live", get(|| async { "alive" }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/shards", get(fleet::shards))
+        .route("/namespaces", get(fleet::namespaces))
+        .route("/namespaces/{namespace}", get(fleet::namespace))
         .with_state(state)
 }
 
@@ -100,6 +107,60 @@ mod tests {
         assert_eq!(get(state.clone(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         state.ready.store(true, Ordering::Release);
         assert_eq!(get(state, "/readyz").await.0, StatusCode::OK);
+    }
+
+    fn fleet_state() -> AdminState {
+        use crate::watch::{Container, PodTemplate, Workload, WorkloadKey, WorkloadKind};
+        let (store, writer) = crate::watch::Store::new(vec![]);
+        for ns in ["team-a", "team-b"] {
+            writer.apply_workload(Workload {
+                key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: ns.into(), name: "web".into() },
+                uid: String::new(),
+                resource_version: "1".into(),
+                annotations: Default::default(),
+                template: PodTemplate { containers: vec![Container::default()], ..Default::default() },
+                paused: false,
+            });
+        }
+        let fleet = FleetView {
+            identity: "replica-0".into(),
+            ring: Arc::new(crate::shard::Ring::new(4).expect("valid")),
+            filter: crate::shard::NamespaceFilter { ignored: ["kube-system".to_string()].into(), ..Default::default() },
+            store,
+            stats: Default::default(),
+            client: None,
+        };
+        AdminState { fleet: Some(Arc::new(fleet)), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn shards_lists_every_shard_with_its_holder_and_the_ring() {
+        let (status, body) = get(fleet_state(), "/shards").await;
+        assert_eq!(status, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["identity"], "replica-0");
+        assert_eq!(json["ring"]["shards"], 4);
+        assert_eq!(json["ring"]["algorithm"], crate::shard::ALGORITHM);
+        let shards = json["shards"].as_array().expect("array");
+        assert_eq!(shards.len(), 4);
+        assert!(shards.iter().all(|s| s["held_here"] == true && s["holder"] == "replica-0"));
+        let stored: u64 = shards.iter().filter_map(|s| s["namespaces"].as_u64()).sum();
+        assert_eq!(stored, 2, "both stored namespaces are counted in their shards");
+    }
+
+    #[tokio::test]
+    async fn a_namespace_lookup_says_whether_and_where_it_is_served() {
+        let (_, body) = get(fleet_state(), "/namespaces/team-a").await;
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["selected"], true);
+        assert_eq!(json["shard"], crate::shard::Ring::new(4).expect("valid").shard_of("team-a"));
+        let (_, body) = get(fleet_state(), "/namespaces/kube-system").await;
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["selected"], false);
+        assert_eq!(json["reason"], "in --namespaces-to-ignore");
+        let (_, body) = get(fleet_state(), "/namespaces").await;
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["namespaces"].as_array().map(Vec::len), Some(2));
     }
 
     #[tokio::test]

@@ -289,6 +289,8 @@ impl Engine {
                 self.acted.remove(&key);
                 self.clear_retry(&key);
             }
+            let ring = self.config.ring.clone();
+            self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
             info!(shard, "shard let go; checkpoint saved");
         }
         for &shard in wanted {

@@ -1,5 +1,8 @@
 //! The reload engine's metrics, with Reloader's names and labels so dashboards keep working.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 #[derive(Clone)]
@@ -25,6 +28,8 @@ pub struct Metrics {
     pub invalid_annotations: IntCounter,
     /// Time from a change reaching the engine to its last workload write.
     pub change_latency: Histogram,
+    /// The same reload counts per namespace, kept for the admin endpoint.
+    pub namespaces: NamespaceStats,
 }
 
 impl Metrics {
@@ -109,15 +114,64 @@ impl Metrics {
             workloads_matched,
             invalid_annotations,
             change_latency,
+            namespaces: NamespaceStats::default(),
         })
     }
 
     /// Count one workload write attempt in both reload counters.
     pub fn count_reload(&self, namespace: &str, success: bool) {
+        self.namespaces.record(namespace, success);
         let success = if success { "true" } else { "false" };
         self.reload_executed.with_label_values(&[success]).inc();
         if let Some(by_ns) = &self.reload_executed_by_namespace {
             by_ns.with_label_values(&[success, namespace]).inc();
         }
+    }
+
+    /// Drop per-namespace counts and series of namespaces that left this replica, so that a
+    /// namespace is counted by exactly one replica at a time and sums across replicas hold.
+    pub fn forget_namespaces(&self, gone: impl Fn(&str) -> bool) {
+        for namespace in self.namespaces.remove_where(&gone) {
+            if let Some(by_ns) = &self.reload_executed_by_namespace {
+                for success in ["true", "false"] {
+                    let _ = by_ns.remove_label_values(&[success, &namespace]);
+                }
+            }
+        }
+    }
+}
+
+/// Reloads and failures per namespace counted by this replica, for the admin endpoint.
+#[derive(Clone, Default)]
+pub struct NamespaceStats(Arc<RwLock<BTreeMap<String, NamespaceCounts>>>);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NamespaceCounts {
+    pub reloads: u64,
+    pub failures: u64,
+}
+
+impl NamespaceStats {
+    fn record(&self, namespace: &str, success: bool) {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let counts = map.entry(namespace.to_string()).or_default();
+        if success {
+            counts.reloads += 1;
+        } else {
+            counts.failures += 1;
+        }
+    }
+
+    fn remove_where(&self, gone: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let removed: Vec<String> = map.keys().filter(|ns| gone(ns)).cloned().collect();
+        for ns in &removed {
+            map.remove(ns);
+        }
+        removed
+    }
+
+    pub fn get(&self, namespace: &str) -> NamespaceCounts {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).get(namespace).copied().unwrap_or_default()
     }
 }

@@ -78,6 +78,17 @@ impl Store {
         self.read().resources.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
+    /// Every namespace with a stored object.
+    pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
+        let inner = self.read();
+        inner
+            .resources
+            .keys()
+            .map(|k| k.namespace.clone())
+            .chain(inner.workloads.keys().map(|k| k.namespace.clone()))
+            .collect()
+    }
+
     /// Numbers of stored resources and workloads.
     pub fn len(&self) -> (usize, usize) {
         let inner = self.read();

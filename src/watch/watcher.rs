@@ -302,7 +302,7 @@ impl WatchTask {
         let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
         let gained = now_owned.difference(&self.owned).next().is_some();
         if !lost.is_empty() {
-            for namespace in self.writer.namespaces() {
+            for namespace in self.writer.store().namespaces() {
                 if lost.contains(&self.config.ring.shard_of(&namespace)) {
                     self.writer.forget_namespace(&namespace);
                 }

@@ -73,7 +73,12 @@ impl Controller {
 
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> String {
-        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        self.get("/metrics").await
+    }
+
+    /// The body of an admin endpoint, e.g. `/shards`; empty when it does not answer.
+    pub async fn get(&self, path: &str) -> String {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
         http_get(&url).await.map(|(_, body)| body).unwrap_or_default()
     }
 
