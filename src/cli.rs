@@ -17,7 +17,7 @@ use reloader_fleet::watch::WorkloadKind;
 
 /// A sharded, highly-available drop-in successor to Stakater Reloader.
 #[derive(Debug, Parser)]
-#[command(name = "reloader", version, args_override_self = true)]
+#[command(name = "reloader", version, args_override_self = true, args_conflicts_with_subcommands = false)]
 pub struct Args {
     /// Read flags from this YAML, JSON or TOML file (keys are flag names without `--`).
     #[arg(long, env = "RELOADER_CONFIG")]
@@ -176,6 +176,25 @@ pub struct Args {
     /// Every replica of a fleet must use the same value.
     #[arg(long, env = "SHARDS", default_value = "1")]
     pub shards: u32,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Commands for people; without one, `reloader` runs the controller.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Look at the fleet.
+    Fleet {
+        #[command(subcommand)]
+        what: FleetCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum FleetCommand {
+    /// Print which replica holds which shard, lease ages and namespace counts.
+    Status,
 }
 
 /// Parse the process arguments, with the config file's values placed before the command line

@@ -1,6 +1,7 @@
 //! The `reloader` binary: parse configuration, connect to Kubernetes, wire the rooms, supervise.
 
 mod cli;
+mod fleet_status;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -77,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
         alert_structured: _,
         checkpoint_name,
         shards,
+        command,
     } = args;
     init_tracing(&log_format, &log_level)?;
 
@@ -109,13 +111,21 @@ async fn main() -> anyhow::Result<()> {
         .build();
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
+    let ring = Arc::new(Ring::new(shards).context("invalid --shards")?);
+
+    if let Some(cli::Command::Fleet { what: cli::FleetCommand::Status }) = command {
+        let namespace = [leader_election_namespace.clone(), pod_namespace.clone().unwrap_or_default()]
+            .into_iter()
+            .find(|n| !n.is_empty())
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        return fleet_status::print(client, &namespace, &leader_election_id, &ring, &settings.filter).await;
+    }
 
     let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
     let by_namespace = std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
     let reload_metrics =
         reload::Metrics::register(&state.registry, by_namespace).context("registering reload metrics")?;
 
-    let ring = Arc::new(Ring::new(shards).context("invalid --shards")?);
     let keys = settings.keys.clone();
     let compactor = watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone());
     let (store, writer) = watch::Store::new(keys.explicit_keys());
@@ -302,9 +312,11 @@ fn init_tracing(format: &str, level: &str) -> anyhow::Result<()> {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},kube=warn")));
+    // Logs go to stderr, as Reloader's do; stdout is kept for command output.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         "json" => builder.json().init(),
         _ => builder.init(),

@@ -100,6 +100,24 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
             }
         }
         assert!(held_by.iter().all(|h| h.len() == 1), "each shard held by exactly one replica: {held_by:?}");
+
+        // The command for people shows the same holders.
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
+            .args(["--shards=16", &format!("--namespace-selector={label}"), "fleet", "status"])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .env("POD_NAMESPACE", &home)
+            .output()
+            .await
+            .expect("run reloader fleet status");
+        let table = String::from_utf8_lossy(&output.stdout);
+        println!("{table}");
+        assert!(output.status.success(), "fleet status failed: {}", String::from_utf8_lossy(&output.stderr));
+        for (shard, holders) in held_by.iter().enumerate() {
+            let line = table.lines().find(|l| l.split_whitespace().next() == Some(&shard.to_string())).expect("a line per shard");
+            assert!(line.contains(&holders[0]), "shard {shard}: {line}");
+        }
+        let counted: usize = table.lines().skip(1).take(16).filter_map(|l| l.split_whitespace().last()?.parse::<usize>().ok()).sum();
+        assert_eq!(counted, NAMESPACES, "every test namespace counted in its shard");
         let steady = update_all(&client, &namespaces, "1").await;
 
         // Graceful stop: its shards move and the next change is served once.

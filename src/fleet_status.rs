@@ -1,0 +1,72 @@
+//! `reloader fleet status`: which replica holds which shard, read from the Leases.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::{Api, Client};
+use reloader_fleet::lease::{FLEET_LABEL, ROLE_LABEL};
+use reloader_fleet::shard::{NamespaceFilter, Ring};
+
+/// Print the fleet's shards as a table on stdout.
+pub async fn print(
+    client: Client,
+    namespace: &str,
+    prefix: &str,
+    ring: &Ring,
+    filter: &NamespaceFilter,
+) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let list = leases
+        .list(&ListParams::default().labels(&format!("{FLEET_LABEL}={prefix}")))
+        .await
+        .with_context(|| format!("cannot list the fleet's Leases in namespace {namespace}"))?;
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client);
+    let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
+    for ns in namespaces.list_metadata(&ListParams::default()).await.context("cannot list namespaces")?.items {
+        let name = ns.metadata.name.unwrap_or_default();
+        if filter.select(&name, &ns.metadata.labels.unwrap_or_default()).is_selected() {
+            *per_shard.entry(ring.shard_of(&name)).or_default() += 1;
+        }
+    }
+    let now = jiff::Timestamp::now();
+    let age = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| format!("{}s", now.duration_since(t.0).as_secs().max(0)))
+            .unwrap_or_else(|| "-".into())
+    };
+    let role =
+        |lease: &Lease| lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).cloned().unwrap_or_default();
+    let holder = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+
+    println!("{:<6} {:<32} {:>10} {:>12} {:>11}", "SHARD", "HOLDER", "RENEWED", "TRANSITIONS", "NAMESPACES");
+    let by_name: BTreeMap<String, &Lease> = list
+        .items
+        .iter()
+        .filter(|l| role(l) == "shard")
+        .map(|l| (l.metadata.name.clone().unwrap_or_default(), l))
+        .collect();
+    for shard in 0..ring.shards() {
+        let name = if ring.shards() == 1 { prefix.to_string() } else { format!("{prefix}-shard-{shard}") };
+        let (holder, renewed, transitions) = match by_name.get(&name) {
+            Some(l) => (holder(l), age(l), l.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0).to_string()),
+            None => ("(no lease)".to_string(), "-".to_string(), "-".to_string()),
+        };
+        let holder = if holder.is_empty() { "(free)".to_string() } else { holder };
+        println!(
+            "{shard:<6} {holder:<32} {renewed:>10} {transitions:>12} {:>11}",
+            per_shard.get(&shard).copied().unwrap_or(0)
+        );
+    }
+    println!();
+    println!("{:<39} {:>10}", "MEMBER", "RENEWED");
+    for lease in list.items.iter().filter(|l| role(l) == "member") {
+        println!("{:<39} {:>10}", holder(lease), age(lease));
+    }
+    Ok(())
+}
