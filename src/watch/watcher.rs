@@ -157,6 +157,8 @@ pub async fn run(
     }
     loop {
         let mut merged = task.start_streams(&client);
+        // With no stream to start (no owned namespace in scoped mode) the store is complete now.
+        task.publish_sync(&synced);
         loop {
             tokio::select! {
                 biased;
@@ -182,15 +184,7 @@ pub async fn run(
                             warn!(error = %err, "watch failed; retrying with backoff");
                         }
                     }
-                    let (resources, workloads) = task.writer.store().len();
-                    task.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
-                    task.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
-                    if task.streams.iter().all(|s| s.synced_once) && task.synced_for.as_ref() != Some(&task.owned) {
-                        task.all_synced = true;
-                        task.synced_for = Some(task.owned.clone());
-                        info!(resources, workloads, shards = ?task.owned, "store in sync");
-                        synced.send_replace(task.synced_for.clone());
-                    }
+                    task.publish_sync(&synced);
                 }
             }
         }
@@ -296,6 +290,20 @@ impl WatchTask {
         }
     }
 
+    /// Update the store gauges, and publish the owned shards as synced once every stream has
+    /// listed them.
+    fn publish_sync(&mut self, synced: &watch::Sender<Option<BTreeSet<u32>>>) {
+        let (resources, workloads) = self.writer.store().len();
+        self.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
+        self.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
+        if self.streams.iter().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
+            self.all_synced = true;
+            self.synced_for = Some(self.owned.clone());
+            info!(resources, workloads, shards = ?self.owned, "store in sync");
+            synced.send_replace(self.synced_for.clone());
+        }
+    }
+
     /// Adopt a new owned set: forget lost shards at once; returns whether shards were gained
     /// (then the watches must relist to load them).
     fn apply_ownership(&mut self, now_owned: BTreeSet<u32>, synced: &watch::Sender<Option<BTreeSet<u32>>>) -> bool {
@@ -334,9 +342,17 @@ impl WatchTask {
 
     /// (Re)start every object watch; each starts with a full list.
     fn start_streams(&mut self, client: &Client) -> Merged {
+        // Nothing owned, nothing to list. Namespace-scoped mode opens watches only for
+        // namespaces of owned shards (each open watch is a connection of its own).
         let scopes: Vec<Option<String>> = match &self.config.namespaces {
+            _ if self.owned.is_empty() => vec![],
             None => vec![None],
-            Some(list) => list.iter().cloned().map(Some).collect(),
+            Some(list) => list
+                .iter()
+                .filter(|ns| self.owned.contains(&self.config.ring.shard_of(ns)))
+                .cloned()
+                .map(Some)
+                .collect(),
         };
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
         let resource_config = match &selector {
