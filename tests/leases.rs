@@ -169,3 +169,39 @@ async fn a_replica_cut_off_from_the_api_server_stops_acting_before_anyone_else_t
     })
     .await;
 }
+
+#[tokio::test]
+async fn reloaders_own_lock_is_respected_until_it_expires_then_adopted() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("leases-adopt", |client, ns| async move {
+        // Reloader v1's lock, as client-go writes it: no labels, held by an old pod.
+        let old: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "stakater-reloader-lock" },
+            "spec": { "holderIdentity": "reloader-old-pod", "leaseDurationSeconds": 3,
+                      "renewTime": jiff::Timestamp::now().to_string(), "leaseTransitions": 4 }
+        }))
+        .expect("lease JSON");
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        leases.create(&kube::api::PostParams::default(), &old).await.expect("create the old lock");
+
+        let stop = CancellationToken::new();
+        let config = lease::Config { prefix: "stakater-reloader-lock".into(), shards: 1, ..config(&ns, "replica-new") };
+        let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
+        let (ownership, task) = lease::spawn(client.clone(), config, None, metrics, stop.clone());
+        let started = Instant::now();
+        let mut respected = true;
+        while started.elapsed() < Duration::from_secs(2) {
+            respected &= ownership.borrow().held.is_empty();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(respected, "the old holder's lock was taken before it expired");
+        wait_for("the lock to be adopted", || async { (ownership.borrow().held.len() == 1).then_some(()) }).await;
+        let adopted = leases.get("stakater-reloader-lock").await.expect("lock");
+        let spec = adopted.spec.expect("spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some("replica-new"));
+        assert_eq!(spec.lease_transitions, Some(5), "a takeover counts as a transition");
+        stop.cancel();
+        task.await.expect("lease task").expect("clean release");
+    })
+    .await;
+}

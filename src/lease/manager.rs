@@ -203,6 +203,7 @@ pub fn spawn(
         draining: HashMap::new(),
         working,
         metrics,
+        adopted: HashMap::new(),
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -217,6 +218,8 @@ struct Manager {
     draining: HashMap<u32, Instant>,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
     metrics: Metrics,
+    /// Leases without our labels (Reloader's lock), observed by GET until we write them.
+    adopted: HashMap<String, Observed>,
 }
 
 impl Manager {
@@ -320,6 +323,28 @@ impl Manager {
             };
             seen.insert(name, Observed { lease, changed_at });
         }
+        // Unlabelled Leases are refreshed by GET until one of our writes labels them.
+        for (name, old) in std::mem::take(&mut self.adopted) {
+            if seen.contains_key(&name) {
+                continue;
+            }
+            match tokio::time::timeout(API_TIMEOUT, self.api.get_opt(&name)).await {
+                Ok(Ok(Some(lease))) => {
+                    let changed_at = if old.lease.metadata.resource_version == lease.metadata.resource_version {
+                        old.changed_at
+                    } else {
+                        now
+                    };
+                    let observed = Observed { lease, changed_at };
+                    self.adopted.insert(name.clone(), observed.clone());
+                    seen.insert(name, observed);
+                }
+                Ok(Ok(None)) => {}
+                _ => {
+                    self.adopted.insert(name, old);
+                }
+            }
+        }
         self.observed = seen;
         Ok(())
     }
@@ -362,6 +387,14 @@ impl Manager {
                 }
                 self.last_ok_send.insert(shard, sent);
                 self.observed.insert(name, Observed { lease: written, changed_at: sent });
+            }
+            Err(err) if is_conflict(&err) && observed.is_none() => {
+                // A Lease our label selector does not see: Reloader's own lock, written before
+                // the swap. Observe it like any other; it is adopted once free or expired.
+                if let Ok(Ok(Some(existing))) = tokio::time::timeout(API_TIMEOUT, self.api.get_opt(&name)).await {
+                    debug!(shard, lease = %name, "found an unlabelled lease; waiting for it to be free or expire");
+                    self.adopted.insert(name.clone(), Observed { lease: existing, changed_at: Instant::now() });
+                }
             }
             Err(err) if is_conflict(&err) => debug!(shard, "lease write lost a race; deciding again next round"),
             Err(err) => warn!(shard, error = %err, "lease write failed"),

@@ -1,0 +1,305 @@
+//! Load test driver (run by `loadtest/run`): N namespaces x (3 ConfigMaps, 2 Secrets,
+//! 2 Deployments), R controller processes, U ConfigMap updates; prints per-replica memory, open
+//! connections to the API server, API calls during the updates, and update -> patch latency.
+//!
+//!     loadtest-driver <namespaces> <replicas> <cluster|scoped> <updates>
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use reloader_fleet::watch::DataHash;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+const LABEL: &str = "reloader-fleet.loadtest";
+const HOME: &str = "lt-home";
+const RATE_PER_SEC: u64 = 25;
+
+fn ns_name(i: usize) -> String {
+    format!("lt-{i:04}")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 5 {
+        bail!("usage: loadtest <namespaces> <replicas> <cluster|scoped> <updates>");
+    }
+    let namespaces: usize = args[1].parse().context("namespaces")?;
+    let replicas: usize = args[2].parse().context("replicas")?;
+    let mode = args[3].clone();
+    let updates: usize = args[4].parse().context("updates")?;
+    let client = Client::try_default().await?;
+
+    populate(&client, namespaces).await?;
+    let mut controllers = start(replicas, namespaces, &mode).await?;
+    let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
+    wait_ready(&ports, replicas).await?;
+    println!("fleet ready: {replicas} replica(s), {mode} watches, {namespaces} namespaces");
+
+    let before: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
+    let latencies = run_updates(&client, namespaces, updates).await?;
+    let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
+
+    let server_port = server_port()?;
+    for (i, (child, port)) in controllers.iter().enumerate() {
+        let pid = child.id().unwrap_or(0);
+        let rss = rss_mib(pid).unwrap_or(0.0);
+        let conns = connections(pid, server_port).await;
+        let diff =
+            |verb: &str| after[i].get(verb).copied().unwrap_or(0.0) - before[i].get(verb).copied().unwrap_or(0.0);
+        println!(
+            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, during updates: {} PATCH, {} LIST, {} GET",
+            diff("patch"),
+            diff("list"),
+            diff("get")
+        );
+    }
+    let mut sorted = latencies.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let pct =
+        |p: f64| sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    println!(
+        "update -> patch latency over {} updates: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        sorted.len(),
+        pct(0.50) * 1000.0,
+        pct(0.99) * 1000.0,
+        sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
+    );
+    for (child, _) in controllers.iter_mut() {
+        if let Some(pid) = child.id() {
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+    }
+    Ok(())
+}
+
+/// Create what is missing: namespaces with 3 ConfigMaps, 2 Secrets, 2 Deployments (no pods).
+async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let existing = namespaces.list_metadata(&ListParams::default().labels(&format!("{LABEL}=1"))).await?.items.len();
+    if namespaces.get_opt(HOME).await?.is_none() {
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({ "metadata": { "name": HOME } }))?)
+            .await?;
+    }
+    futures::stream::iter(existing..count)
+        .map(|i| {
+            let client = client.clone();
+            async move { populate_one(&client, &ns_name(i)).await }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    println!("{count} namespaces ready ({} created in {:.0?})", count.saturating_sub(existing), started.elapsed());
+    Ok(())
+}
+
+async fn populate_one(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let pp = PostParams::default();
+    Api::<Namespace>::all(client.clone())
+        .create(&pp, &serde_json::from_value(json!({ "metadata": { "name": ns, "labels": { LABEL: "1" } } }))?)
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for c in 0..3 {
+        cms.create(
+            &pp,
+            &serde_json::from_value(json!({ "metadata": { "name": format!("cfg-{c}") }, "data": { "v": "0" } }))?,
+        )
+        .await?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    for s in 0..2 {
+        secrets
+            .create(
+                &pp,
+                &serde_json::from_value(
+                    json!({ "metadata": { "name": format!("sec-{s}") }, "stringData": { "v": "0" } }),
+                )?,
+            )
+            .await?;
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    for d in 0..2 {
+        let deployment = json!({
+            "metadata": { "name": format!("app-{d}"), "annotations": { "reloader.stakater.com/auto": "true" } },
+            "spec": { "replicas": 0, "selector": { "matchLabels": { "app": format!("app-{d}") } },
+                "template": { "metadata": { "labels": { "app": format!("app-{d}") } },
+                    "spec": { "containers": [{ "name": "app", "image": "registry.invalid/app:1",
+                        "envFrom": [{ "configMapRef": { "name": format!("cfg-{d}") } }, { "secretRef": { "name": format!("sec-{d}") } }] }] } } }
+        });
+        deployments.create(&pp, &serde_json::from_value(deployment)?).await?;
+    }
+    Ok(())
+}
+
+async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result<Vec<(Child, u16)>> {
+    let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
+    let log_dir = std::env::var("LOG_DIR").unwrap_or_else(|_| ".cluster/logs".into());
+    let mut out = Vec::new();
+    for r in 0..replicas {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), "--shards=16".to_string()];
+        if replicas > 1 {
+            args.extend(["--enable-ha".to_string(), "--leader-election-retry-period=1s".to_string()]);
+        }
+        match mode {
+            "scoped" => {
+                args.push(format!("--namespaces={}", (0..namespaces).map(ns_name).collect::<Vec<_>>().join(",")))
+            }
+            _ => args.push(format!("--namespace-selector={LABEL}=1")),
+        }
+        let log = std::fs::File::create(format!("{log_dir}/loadtest-{mode}-{replicas}-{r}.log"))?;
+        let child = Command::new(&binary)
+            .args(&args)
+            .env("POD_NAME", format!("lt-replica-{r}"))
+            .env("POD_NAMESPACE", HOME)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {binary}"))?;
+        out.push((child, port));
+    }
+    Ok(out)
+}
+
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).await.ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    body.contains(" 200 ").then(|| body.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+async fn wait_ready(ports: &[u16], replicas: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let mut ready = 0;
+        let mut held = 0.0;
+        for p in ports {
+            if http_get(*p, "/readyz").await.is_some() {
+                ready += 1;
+            }
+            held += metric(*p, "reloader_shards_held").await;
+        }
+        // A single replica without leases owns every shard once ready.
+        let settled = replicas == 1 || held == 16.0;
+        if ready == ports.len() && settled {
+            // Wait until the stores hold every namespace of every held shard.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the fleet did not become ready");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let body = http_get(port, "/metrics").await.unwrap_or_default();
+    body.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.trim().parse().ok())).unwrap_or(0.0)
+}
+
+async fn api_calls(port: u16) -> HashMap<String, f64> {
+    let body = http_get(port, "/metrics").await.unwrap_or_default();
+    let mut by_verb = HashMap::new();
+    for line in body.lines().filter(|l| l.starts_with("reloader_api_requests_total{")) {
+        let verb = line.split("verb=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?").to_string();
+        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        *by_verb.entry(verb).or_insert(0.0) += value;
+    }
+    by_verb
+}
+
+/// Update `cfg-0` of random namespaces at a steady rate; return each update's latency until
+/// `app-0` records the new hash, as seen by a watch on Deployments.
+async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyhow::Result<Vec<f64>> {
+    let pending: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
+    let done: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let watch = tokio::spawn({
+        let (pending, done, client) = (pending.clone(), done.clone(), client.clone());
+        async move {
+            let api: Api<Deployment> = Api::all(client);
+            let mut stream = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
+            while let Some(Ok(d)) = stream.next().await {
+                let ns = d.metadata.namespace.clone().unwrap_or_default();
+                let value = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| {
+                    s.containers[0].env.as_ref()?.iter().find(|e| e.name == "STAKATER_CFG_0_CONFIGMAP")?.value.clone()
+                });
+                if let Some(value) = value
+                    && let Some(started) = pending.lock().map(|mut p| p.remove(&(ns, value))).ok().flatten()
+                    && let Ok(mut d) = done.lock()
+                {
+                    d.push(started.elapsed().as_secs_f64());
+                }
+            }
+        }
+    });
+    let configmaps = |ns: &str| Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let interval = Duration::from_micros(1_000_000 / RATE_PER_SEC);
+    let mut next = Instant::now();
+    for u in 0..updates {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let ns = ns_name((state % namespaces as u64) as usize);
+        let value = format!("u{u}");
+        let hash = DataHash::of_configmap(&[("v".to_string(), value.clone())].into(), &Default::default()).to_string();
+        if let Ok(mut p) = pending.lock() {
+            p.insert((ns.clone(), hash), Instant::now());
+        }
+        configmaps(&ns)
+            .patch("cfg-0", &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } })))
+            .await?;
+        next += interval;
+        tokio::time::sleep_until(next.into()).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while pending.lock().map(|p| !p.is_empty()).unwrap_or(false) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch.abort();
+    let missing = pending.lock().map(|p| p.len()).unwrap_or(0);
+    if missing > 0 {
+        println!("WARNING: {missing} updates were not observed as patches within 120 s");
+    }
+    Ok(done.lock().map(|d| d.clone()).unwrap_or_default())
+}
+
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn server_port() -> anyhow::Result<u16> {
+    let path = std::env::var("KUBECONFIG").context("KUBECONFIG")?;
+    let text = std::fs::read_to_string(path)?;
+    let line = text.lines().find(|l| l.trim_start().starts_with("server:")).context("server line")?;
+    line.rsplit(':').next().and_then(|p| p.trim().parse().ok()).context("server port")
+}
+
+/// Established TCP connections from `pid` to the API server port, counted with `ss`.
+async fn connections(pid: u32, port: u16) -> usize {
+    let Ok(out) = Command::new("ss").args(["-tnpH", "state", "established"]).output().await else { return 0 };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("pid={pid},")) && l.contains(&format!("127.0.0.1:{port} ")))
+        .count()
+}
