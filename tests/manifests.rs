@@ -17,6 +17,7 @@ use support::scenario::{Ctx, wait_stored};
 use support::{kubeconfig_path, with_temp_ns};
 
 const MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader.yaml");
+const NAMESPACED_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-namespaced.yaml");
 
 fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObject> {
     let types = object.types.as_ref().expect("every document has apiVersion and kind");
@@ -28,56 +29,64 @@ fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObje
     }
 }
 
+/// Apply a manifest into `ns` (cluster-scoped names get `ns` as suffix; the Deployment is a
+/// server-side dry run), then write a kubeconfig with the ServiceAccount's token. Returns the
+/// kubeconfig and the cluster-scoped objects to delete afterwards.
+async fn apply_and_login(
+    client: &Client,
+    ns: &str,
+    manifest: &str,
+) -> (std::path::PathBuf, Vec<(Api<DynamicObject>, String)>) {
+    let text = manifest.replace("namespace: default", &format!("namespace: {ns}"));
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML");
+    let mut cluster_scoped = Vec::new();
+    for mut document in documents {
+        if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
+            let name = format!("{}-{ns}", document["metadata"]["name"].as_str().unwrap_or_default());
+            document["metadata"]["name"] = json!(name);
+        }
+        if document["kind"] == "ClusterRoleBinding" {
+            document["roleRef"]["name"] = json!(format!("reloader-reloader-role-{ns}"));
+        }
+        let object: DynamicObject = serde_json::from_value(document.clone()).expect("a Kubernetes object");
+        let api = api_for(client, &object, ns);
+        // The Deployment's image cannot run here: validate it with a server-side dry run.
+        let params = PostParams { dry_run: document["kind"] == "Deployment", ..PostParams::default() };
+        api.create(&params, &object).await.unwrap_or_else(|e| panic!("apply {}: {e}", document["kind"]));
+        if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
+            cluster_scoped.push((api, object.metadata.name.clone().unwrap_or_default()));
+        }
+    }
+    let request: TokenRequest =
+        serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
+            .expect("token request JSON");
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request("reloader-reloader", &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .expect("token status")
+        .token
+        .expect("a token in the status");
+    let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
+    let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{ "name": "local", "cluster": {
+            "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
+        "users": [{ "name": "reloader", "user": { "token": token } }],
+        "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
+        "current-context": "local"
+    });
+    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}.kubeconfig"));
+    std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
+    (path, cluster_scoped)
+}
+
 #[tokio::test]
 async fn the_manifest_applies_and_its_rbac_is_enough_to_reload() {
     with_temp_ns("manifests", |client, ns| async move {
-        // Place everything in the test namespace; cluster-scoped names get the namespace as suffix.
-        let text = MANIFEST.replace("namespace: default", &format!("namespace: {ns}"));
-        let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML");
-        let mut cluster_scoped = Vec::new();
-        for mut document in documents {
-            if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
-                let name = format!("{}-{ns}", document["metadata"]["name"].as_str().unwrap_or_default());
-                document["metadata"]["name"] = json!(name);
-            }
-            if document["kind"] == "ClusterRoleBinding" {
-                document["roleRef"]["name"] = json!(format!("reloader-reloader-role-{ns}"));
-            }
-            let object: DynamicObject = serde_json::from_value(document.clone()).expect("a Kubernetes object");
-            let api = api_for(&client, &object, &ns);
-            // The Deployment's image cannot run here: validate it with a server-side dry run.
-            let params = PostParams { dry_run: document["kind"] == "Deployment", ..PostParams::default() };
-            api.create(&params, &object).await.unwrap_or_else(|e| panic!("apply {}: {e}", document["kind"]));
-            if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
-                cluster_scoped.push((api, object.metadata.name.clone().unwrap_or_default()));
-            }
-        }
-
-        // A kubeconfig with the ServiceAccount's token instead of the admin certificate.
-        let request: TokenRequest =
-            serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
-                .expect("token request JSON");
-        let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-            .create_token_request("reloader-reloader", &PostParams::default(), &request)
-            .await
-            .expect("a token for the ServiceAccount")
-            .status
-            .expect("token status")
-            .token;
-        let token = token.expect("a token in the status");
-        let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
-        let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
-        let kubeconfig = json!({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{ "name": "local", "cluster": {
-                "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
-            "users": [{ "name": "reloader", "user": { "token": token } }],
-            "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
-            "current-context": "local"
-        });
-        let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}.kubeconfig"));
-        std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
-
+        let (path, cluster_scoped) = apply_and_login(&client, &ns, MANIFEST).await;
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
         // Cluster-wide, as the manifest deploys it, but selecting only this test's namespace.
@@ -93,6 +102,46 @@ async fn the_manifest_applies_and_its_rbac_is_enough_to_reload() {
         for (api, name) in cluster_scoped {
             let _ = api.delete(&name, &DeleteParams::default()).await;
         }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
+    with_temp_ns("manifests-namespaced", |client, ns| async move {
+        let (path, cluster_scoped) = apply_and_login(&client, &ns, NAMESPACED_MANIFEST).await;
+        assert!(cluster_scoped.is_empty(), "the namespaced manifest has nothing cluster-scoped");
+        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
+        let args = ["--enable-ha", "--shards=4"];
+        let one = Controller::start_with_kubeconfig_env(
+            &format!("{ns}-1"),
+            &ns,
+            &args,
+            &path,
+            &[("KUBERNETES_NAMESPACE", &ns)],
+        )
+        .await;
+        let two = Controller::start_with_kubeconfig_env(
+            &format!("{ns}-2"),
+            &ns,
+            &args,
+            &path,
+            &[("KUBERNETES_NAMESPACE", &ns)],
+        )
+        .await;
+        support::wait_for("the namespace's shard to be held", || async {
+            (one.metric("reloader_shards_held").await + two.metric("reloader_shards_held").await == 4.0).then_some(())
+        })
+        .await;
+        patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        for c in [&one, &two] {
+            assert_eq!(c.metric("reloader_watch_errors_total").await, 0.0, "no call may be forbidden");
+        }
+        one.stop().await;
+        two.stop().await;
     })
     .await;
 }

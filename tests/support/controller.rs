@@ -29,6 +29,17 @@ impl Controller {
         args: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Controller {
+        Self::start_with_kubeconfig_env(name, home_namespace, args, kubeconfig, &[]).await
+    }
+
+    /// Like [`Controller::start_with_kubeconfig`], with extra environment variables.
+    pub async fn start_with_kubeconfig_env(
+        name: &str,
+        home_namespace: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Controller {
         let port = free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
         std::fs::create_dir_all(&dir).expect("create the test log folder");
@@ -42,6 +53,7 @@ impl Controller {
             .env("POD_NAMESPACE", home_namespace)
             .env("POD_NAME", name)
             .env("RUST_LOG", "info,reloader_fleet=debug,kube=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
             .kill_on_drop(true)
