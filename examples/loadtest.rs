@@ -58,10 +58,12 @@ async fn main() -> anyhow::Result<()> {
         let diff =
             |verb: &str| after[i].get(verb).copied().unwrap_or(0.0) - before[i].get(verb).copied().unwrap_or(0.0);
         println!(
-            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, during updates: {} PATCH, {} LIST, {} GET",
+            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, during updates: {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT)",
             diff("patch"),
             diff("list"),
-            diff("get")
+            diff("get"),
+            diff("lease-list"),
+            diff("lease-update")
         );
     }
     let mut sorted = latencies.clone();
@@ -194,7 +196,7 @@ async fn wait_ready(ports: &[u16], replicas: usize) -> anyhow::Result<()> {
             if http_get(*p, "/readyz").await.is_some() {
                 ready += 1;
             }
-            held += metric(*p, "reloader_shards_held").await;
+            held += metric(*p, "reloader_shards_active").await;
         }
         // A single replica without leases owns every shard once ready.
         let settled = replicas == 1 || held == 16.0;
@@ -220,6 +222,8 @@ async fn api_calls(port: u16) -> HashMap<String, f64> {
     let mut by_verb = HashMap::new();
     for line in body.lines().filter(|l| l.starts_with("reloader_api_requests_total{")) {
         let verb = line.split("verb=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?").to_string();
+        // Lease polling is the fleet's heartbeat, not work caused by the changes.
+        let verb = if line.contains("resource=\"leases\"") { format!("lease-{verb}") } else { verb };
         let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
         *by_verb.entry(verb).or_insert(0.0) += value;
     }

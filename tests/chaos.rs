@@ -103,7 +103,7 @@ async fn kills_and_restarts_lose_no_update_and_roll_nothing_twice() {
         wait_for("16 shards held", || async {
             let mut total = 0.0;
             for c in live.lock().await.iter() {
-                total += c.metric("reloader_shards_held").await;
+                total += c.metric("reloader_shards_active").await;
             }
             (total == 16.0).then_some(())
         })

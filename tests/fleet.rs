@@ -81,8 +81,8 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let b = start(&home, &format!("{home}-b"), &label).await;
         let c = start(&home, &format!("{home}-c"), &label).await;
         wait_for("16 shards held across 3 replicas", || async {
-            let total = a.metric("reloader_shards_held").await + b.metric("reloader_shards_held").await
-                + c.metric("reloader_shards_held").await;
+            let total = a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await
+                + c.metric("reloader_shards_active").await;
             (total == 16.0).then_some(())
         })
         .await;
@@ -123,7 +123,7 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         // Graceful stop: its shards move and the next change is served once.
         c.stop().await;
         wait_for("16 shards held across 2 replicas", || async {
-            let total = a.metric("reloader_shards_held").await + b.metric("reloader_shards_held").await;
+            let total = a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await;
             (total == 16.0).then_some(())
         })
         .await;
@@ -151,6 +151,56 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         for ns in &namespaces {
             let _ = api.delete(ns, &DeleteParams::background()).await;
         }
+    })
+    .await;
+}
+
+/// Every shard held, each replica holding floor or ceil of 16 / replicas.
+async fn balanced(controllers: &[&Controller]) -> bool {
+    let (floor, ceil) = (16 / controllers.len(), 16_usize.div_ceil(controllers.len()));
+    let mut sum = 0;
+    for c in controllers {
+        let held = c.metric("reloader_shards_active").await as usize;
+        if held != floor && held != ceil {
+            return false;
+        }
+        sum += held;
+    }
+    sum == 16
+}
+
+#[tokio::test]
+async fn handoff_times_with_default_lease_timings() {
+    with_temp_ns("fleet-handoff", |client, home| async move {
+        let label = format!("reloader-fleet.test/handoff={home}");
+        let ns = format!("{home}-w");
+        let api: Api<Namespace> = Api::all(client.clone());
+        let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
+            "reloader-fleet.test/handoff": home, support::TEST_LABEL: "fleet-handoff" } } }))
+        .expect("namespace JSON");
+        api.create(&PostParams::default(), &object).await.expect("create namespace");
+        // Reloader's default timings: lease 15 s, renew deadline 10 s, retry period 2 s.
+        let args = [format!("--namespace-selector={label}"), "--shards=16".into(), "--enable-ha".into()];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let a = Controller::start(&format!("{home}-a"), &home, &refs).await;
+        let b = Controller::start(&format!("{home}-b"), &home, &refs).await;
+        let c = Controller::start(&format!("{home}-c"), &home, &refs).await;
+        wait_for("16 shards balanced over 3", || async { balanced(&[&a, &b, &c]).await.then_some(()) }).await;
+
+        let stopped = Instant::now();
+        c.stop().await;
+        wait_for("16 shards balanced over a and b", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        let graceful = stopped.elapsed();
+
+        let killed = Instant::now();
+        drop(b);
+        wait_for("a to hold all 16", || async { (a.metric("reloader_shards_active").await == 16.0).then_some(()) })
+            .await;
+        let crash = killed.elapsed();
+        println!("default timings (15 s / 10 s / 2 s): SIGTERM handoff {graceful:?}, SIGKILL handoff {crash:?}");
+        assert!(graceful < crash, "a graceful stop must hand over faster than a crash");
+        a.stop().await;
+        let _ = api.delete(&ns, &DeleteParams::background()).await;
     })
     .await;
 }

@@ -131,7 +131,8 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
         )
         .await;
         support::wait_for("the namespace's shard to be held", || async {
-            (one.metric("reloader_shards_held").await + two.metric("reloader_shards_held").await == 4.0).then_some(())
+            (one.metric("reloader_shards_active").await + two.metric("reloader_shards_active").await == 4.0)
+                .then_some(())
         })
         .await;
         patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;

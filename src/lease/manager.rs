@@ -23,6 +23,7 @@
 //! is abandoned (and counts as failed).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -42,6 +43,8 @@ pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
 /// Label telling shard Leases (`shard`) from membership Leases (`member`).
 pub const ROLE_LABEL: &str = "reloader-fleet.stakater.com/role";
 const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the fleet's Leases are looked at (renewals still wait for the retry period).
+const OBSERVE_PERIOD: Duration = Duration::from_millis(500);
 
 /// The lease room's metrics.
 #[derive(Clone)]
@@ -199,11 +202,12 @@ pub fn spawn(
         api,
         config,
         observed: HashMap::new(),
-        last_ok_send: HashMap::new(),
+        last_ok_send: Arc::default(),
         draining: HashMap::new(),
         working,
         metrics,
         adopted: HashMap::new(),
+        member_renewed: None,
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -212,19 +216,32 @@ struct Manager {
     api: Api<Lease>,
     config: Config,
     observed: HashMap<String, Observed>,
-    /// When the last successful acquire or renew of each shard was sent.
-    last_ok_send: HashMap<u32, Instant>,
+    /// When the last successful acquire or renew of each shard was sent. Shared with the
+    /// fence task, which withdraws shards whose renew deadline passed even while a round hangs.
+    last_ok_send: Arc<Mutex<HashMap<u32, Instant>>>,
     /// Shards withdrawn from `held` and waiting for the engine to let go, since when.
     draining: HashMap<u32, Instant>,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
     metrics: Metrics,
     /// Leases without our labels (Reloader's lock), observed by GET until we write them.
     adopted: HashMap<String, Observed>,
+    /// When the membership Lease was last renewed.
+    member_renewed: Option<Instant>,
 }
 
 impl Manager {
     async fn run(mut self, tx: watch::Sender<Ownership>, shutdown: CancellationToken) -> Result<(), Error> {
-        let mut tick = tokio::time::interval(self.config.retry_period);
+        let tx = Arc::new(tx);
+        let fence_stop = shutdown.child_token();
+        let fence = tokio::spawn(fence(
+            self.last_ok_send.clone(),
+            tx.clone(),
+            self.config.renew_deadline,
+            self.metrics.clone(),
+            fence_stop.clone(),
+        ));
+        // Look often, write at the retry period: a released Lease is taken within a tick.
+        let mut tick = tokio::time::interval(self.config.retry_period.min(OBSERVE_PERIOD));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -232,11 +249,8 @@ impl Manager {
                 () = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            // A hung API call must not keep stale ownership published past the renew deadline:
-            // a round gets one retry period; an abandoned write only makes this replica act less.
-            if tokio::time::timeout(self.config.retry_period, self.round()).await.is_err() {
-                debug!("lease round took longer than the retry period");
-            }
+            // However long a round takes under load, the fence task withdraws shards on time.
+            self.round().await;
             let ownership = self.ownership(Instant::now());
             let lost = tx.borrow().held.difference(&ownership.held).count();
             self.metrics.losses.inc_by(lost as u64);
@@ -249,6 +263,8 @@ impl Manager {
         }
         // Stop acting first, let the engine save its checkpoints, then give the Leases back so
         // the next owners take them at once.
+        fence_stop.cancel();
+        let _ = fence.await;
         tx.send_modify(|o| o.held.clear());
         self.metrics.shards_held.set(0);
         if let Some(working) = self.working.as_mut() {
@@ -266,7 +282,15 @@ impl Manager {
         }
         self.renew_membership().await;
         let members = self.live_members(Instant::now());
-        let desired: BTreeSet<u32> = assign(self.config.shards, &members)
+        let now = Instant::now();
+        let holders: Vec<Option<String>> = (0..self.config.shards)
+            .map(|shard| {
+                let o = self.observed.get(&self.config.shard_lease_name(shard))?;
+                (!o.holder().is_empty() && !o.expired(now)).then(|| o.holder().to_string())
+            })
+            .collect();
+        let holder_refs: Vec<Option<&str>> = holders.iter().map(Option::as_deref).collect();
+        let desired: BTreeSet<u32> = assign(self.config.shards, &members, &holder_refs)
             .into_iter()
             .enumerate()
             .filter(|(_, m)| members[*m] == self.config.identity)
@@ -280,14 +304,17 @@ impl Manager {
             match (held, wanted) {
                 (true, true) => {
                     self.draining.remove(&shard);
-                    self.write(shard, observed.as_ref(), true).await;
+                    if self.renewal_due(shard) {
+                        self.write(shard, observed.as_ref(), true).await;
+                    }
                 }
                 (true, false) if self.drained(shard) => {
                     self.draining.remove(&shard);
                     self.release(shard, observed.as_ref()).await;
                 }
                 // Keep the Lease while the engine finishes with the shard.
-                (true, false) => self.write(shard, observed.as_ref(), true).await,
+                (true, false) if self.renewal_due(shard) => self.write(shard, observed.as_ref(), true).await,
+                (true, false) => {}
                 (false, true) => {
                     let free = observed.as_ref().is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now()));
                     if free {
@@ -297,6 +324,11 @@ impl Manager {
                 (false, false) => {}
             }
         }
+    }
+
+    /// Whether the shard's last renewal was sent a retry period ago (or never).
+    fn renewal_due(&self, shard: u32) -> bool {
+        lock(&self.last_ok_send).get(&shard).is_none_or(|sent| sent.elapsed() >= self.config.retry_period)
     }
 
     /// Whether a shard to move is withdrawn and finished with: the engine let go of it, or the
@@ -362,11 +394,16 @@ impl Manager {
     }
 
     async fn renew_membership(&mut self) {
+        if self.member_renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
+            return;
+        }
         let name = self.config.member_lease_name(&self.config.identity);
         let observed = self.observed.get(&name).cloned();
         let lease = self.lease_record(&name, "member", observed.as_ref(), &self.config.identity, false);
-        if let Err(err) = self.put(&name, lease, observed.is_some()).await {
-            debug!(error = %err, "renewing the membership lease failed");
+        let sent = Instant::now();
+        match self.put(&name, lease, observed.is_some()).await {
+            Ok(_) => self.member_renewed = Some(sent),
+            Err(err) => debug!(error = %err, "renewing the membership lease failed"),
         }
     }
 
@@ -385,7 +422,7 @@ impl Manager {
                         self.metrics.handoff.observe(sent.saturating_duration_since(previous.changed_at).as_secs_f64());
                     }
                 }
-                self.last_ok_send.insert(shard, sent);
+                lock(&self.last_ok_send).insert(shard, sent);
                 self.observed.insert(name, Observed { lease: written, changed_at: sent });
             }
             Err(err) if is_conflict(&err) && observed.is_none() => {
@@ -402,9 +439,15 @@ impl Manager {
     }
 
     async fn release(&mut self, shard: u32, observed: Option<&Observed>) {
-        self.last_ok_send.remove(&shard);
+        lock(&self.last_ok_send).remove(&shard);
+        if let Some(observed) = observed {
+            self.put_release(shard, observed).await;
+        }
+    }
+
+    /// Write the Lease as free, as client-go does on release: no holder, 1 s duration.
+    async fn put_release(&self, shard: u32, observed: &Observed) {
         let name = self.config.shard_lease_name(shard);
-        let Some(observed) = observed else { return };
         let mut lease = observed.lease.clone();
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(String::new());
@@ -422,9 +465,9 @@ impl Manager {
                 (o.holder() == self.config.identity).then(|| (s, o.clone()))
             })
             .collect();
-        for (shard, observed) in mine {
-            self.release(shard, Some(&observed)).await;
-        }
+        // All at once: the next owners are waiting.
+        futures::future::join_all(mine.iter().map(|(shard, observed)| self.put_release(*shard, observed))).await;
+        lock(&self.last_ok_send).clear();
         let member = self.config.member_lease_name(&self.config.identity);
         match tokio::time::timeout(API_TIMEOUT, self.api.delete(&member, &DeleteParams::default())).await {
             Ok(Ok(_)) | Ok(Err(kube::Error::Api(_))) => Ok(()),
@@ -483,8 +526,7 @@ impl Manager {
         for shard in 0..self.config.shards {
             let observed = self.observed.get(&self.config.shard_lease_name(shard));
             let holder = observed.map(|o| o.holder().to_string()).unwrap_or_default();
-            let in_time = self
-                .last_ok_send
+            let in_time = lock(&self.last_ok_send)
                 .get(&shard)
                 .is_some_and(|sent| now.saturating_duration_since(*sent) < self.config.renew_deadline);
             let state = if holder == self.config.identity {
@@ -509,6 +551,49 @@ impl Manager {
         }
         Ownership { held, shards, members: self.live_members(now) }
     }
+}
+
+/// How often the fence task checks renew deadlines.
+const FENCE_CHECK: Duration = Duration::from_millis(100);
+
+/// Withdraw from the published `held` set every shard whose last successful renewal was sent
+/// `renew_deadline` ago or more, independently of the rounds (which may hang on a slow API).
+async fn fence(
+    last_ok_send: Arc<Mutex<HashMap<u32, Instant>>>,
+    tx: Arc<watch::Sender<Ownership>>,
+    renew_deadline: Duration,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(FENCE_CHECK);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        let fresh: BTreeSet<u32> = lock(&last_ok_send)
+            .iter()
+            .filter(|(_, sent)| now.saturating_duration_since(**sent) < renew_deadline)
+            .map(|(shard, _)| *shard)
+            .collect();
+        tx.send_if_modified(|ownership| {
+            let before = ownership.held.len();
+            ownership.held.retain(|shard| fresh.contains(shard));
+            let fenced = before - ownership.held.len();
+            if fenced > 0 {
+                warn!(fenced, "renew deadline passed; stopped acting on shards until renewed");
+                metrics.losses.inc_by(fenced as u64);
+                metrics.shards_held.set(ownership.held.len() as i64);
+            }
+            fenced > 0
+        });
+    }
+}
+
+/// Lock a mutex that is only held for map operations (a panic cannot leave it inconsistent).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn is_role(lease: &Lease, role: &str) -> bool {

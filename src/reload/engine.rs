@@ -276,6 +276,11 @@ impl Engine {
     /// (load the checkpoint, act on what changed meanwhile). A shard whose checkpoint cannot be
     /// read stays inactive and is tried again on the next tick.
     async fn follow(&mut self, wanted: &BTreeSet<u32>) {
+        self.follow_shards(wanted).await;
+        self.metrics.shards_active.set(self.checkpoints.len() as i64);
+    }
+
+    async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
         let lost: Vec<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         for shard in lost {
             // One retry: after that, the next owner replays the recent changes (harmless).

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub change_latency: Histogram,
     /// The same reload counts per namespace, kept for the admin endpoint.
     pub namespaces: NamespaceStats,
+    /// `reloader_shards_active`: shards the engine has taken up (checkpoint loaded).
+    pub shards_active: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -84,6 +86,9 @@ impl Metrics {
             )
             .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         )?;
+        let shards_active =
+            prometheus::IntGauge::new("reloader_shards_active", "Shards the engine has taken up and acts on")?;
+        registry.register(Box::new(shards_active.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -115,6 +120,7 @@ impl Metrics {
             invalid_annotations,
             change_latency,
             namespaces: NamespaceStats::default(),
+            shards_active,
         })
     }
 
