@@ -166,7 +166,7 @@ pub async fn run(
                 engine.metrics.retries.inc();
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
-                engine.handle(Change { key, observed, cause: Cause::Event }, None).await;
+                engine.handle(Change { key, observed, previous: None, cause: Cause::Event }, None).await;
             }
             _ = tick.tick() => {
                 engine.resume_paused().await;
@@ -233,7 +233,7 @@ impl Engine {
             self.store.resources().into_iter().filter(|(k, _)| self.shard_of(k) == shard).collect();
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
-            let change = Change { key: key.clone(), observed: Some(state.hash), cause: Cause::Event };
+            let change = Change { key: key.clone(), observed: Some(state.hash), previous: None, cause: Cause::Event };
             match loaded.get(key) {
                 _ if replay_all => work.push((change, Some(Transition::Created))),
                 Some(last) if *last == short(&state.hash) => {
@@ -253,7 +253,7 @@ impl Engine {
         for (key, last) in loaded {
             if !present.contains(&key) && self.shard_of(&key) == shard {
                 self.acted.insert(key.clone(), last);
-                work.push((Change { key, observed: None, cause: Cause::Event }, None));
+                work.push((Change { key, observed: None, previous: None, cause: Cause::Event }, None));
             }
         }
         work.sort_by(|a, b| a.0.key.cmp(&b.0.key));
@@ -407,7 +407,8 @@ impl Engine {
     async fn process(&mut self, change: &Change, forced: Option<Transition>) -> Outcome {
         let key = &change.key;
         let current = self.store.resource(key);
-        let last = self.acted.get(key).copied();
+        // Never acted on here: what the store held before this event is the baseline.
+        let last = self.acted.get(key).copied().or(change.previous.as_ref().map(short));
         let transition = match (forced, last, change.observed) {
             (Some(t), _, _) => t,
             (None, Some(last), Some(seen)) if last == short(&seen) => {

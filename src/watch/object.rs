@@ -106,6 +106,9 @@ pub struct Change {
     /// The hash the event carried; `None` for a deletion. The store may already hold a newer
     /// one; this one tells what the event itself saw (a create is baselined at this hash).
     pub observed: Option<DataHash>,
+    /// The hash the store held before this event, if it held the resource: the baseline for a
+    /// resource the engine never saw change.
+    pub previous: Option<DataHash>,
     /// Whether a live watch event or a (re)list reported it.
     pub cause: Cause,
 }

@@ -432,7 +432,11 @@ impl WatchTask {
         event: WatchEvent<K>,
         compact: impl Fn(&K) -> (Option<String>, Option<String>, ResourceState),
     ) -> Result<(), Error> {
-        // The first list of all is reconciled by the engine as a whole; later lists are diffed.
+        // The first list of all is reconciled by the engine as a whole; later lists send only
+        // what differs from the store. A resource a list finds new (a shard or namespace just
+        // gained) is not a change: its first change carries the store's hash as baseline. This
+        // keeps a relist of thousands of objects from flooding the engine (and the watch task
+        // from stalling on it while the API server waits for it to read).
         let emit = self.streams[stream].synced_once || self.all_synced;
         match event {
             WatchEvent::Init => self.streams[stream].start_list(),
@@ -447,9 +451,10 @@ impl WatchTask {
                 }
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 self.streams[stream].saw(&key.namespace, &key.name);
-                let previous = self.writer.apply_resource(key.clone(), state.clone());
-                if emit && previous.is_none_or(|p| p.hash != state.hash) {
-                    self.send(Change { key, observed: Some(state.hash), cause }).await?;
+                let previous = self.writer.apply_resource(key.clone(), state.clone()).map(|p| p.hash);
+                let new_here = previous.is_none() && cause == Cause::Event;
+                if emit && (new_here || previous.is_some_and(|p| p != state.hash)) {
+                    self.send(Change { key, observed: Some(state.hash), previous, cause }).await?;
                 }
             }
             WatchEvent::Delete(obj) => {
@@ -458,18 +463,21 @@ impl WatchTask {
                 };
                 self.metrics.events_received.with_label_values(&["delete", kind.plural()]).inc();
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
-                if self.writer.delete_resource(&key).is_some() && emit {
-                    self.send(Change { key, observed: None, cause: Cause::Event }).await?;
+                if let Some(gone) = self.writer.delete_resource(&key)
+                    && emit
+                {
+                    self.send(Change { key, observed: None, previous: Some(gone.hash), cause: Cause::Event }).await?;
                 }
             }
             WatchEvent::InitDone => {
                 let (scope, seen) = self.streams[stream].finish_list();
                 for key in self.writer.resource_keys(kind, scope.as_deref()) {
-                    if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
-                        self.writer.delete_resource(&key);
-                        if emit {
-                            self.send(Change { key, observed: None, cause: Cause::Listed }).await?;
-                        }
+                    if !seen.contains(&(key.namespace.clone(), key.name.clone()))
+                        && let Some(gone) = self.writer.delete_resource(&key)
+                        && emit
+                    {
+                        self.send(Change { key, observed: None, previous: Some(gone.hash), cause: Cause::Listed })
+                            .await?;
                     }
                 }
             }
