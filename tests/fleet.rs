@@ -80,26 +80,27 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let a = start(&home, &format!("{home}-a"), &label).await;
         let b = start(&home, &format!("{home}-b"), &label).await;
         let c = start(&home, &format!("{home}-c"), &label).await;
-        wait_for("16 shards held across 3 replicas", || async {
-            let total = a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await
-                + c.metric("reloader_shards_active").await;
-            (total == 16.0).then_some(())
-        })
-        .await;
-        // Every replica's /shards agrees on the holders, and each shard is held by exactly one.
-        let mut held_by: Vec<Vec<String>> = vec![Vec::new(); 16];
-        for ctl in [&a, &b, &c] {
-            let body: serde_json::Value = serde_json::from_str(&ctl.get("/shards").await).expect("/shards is JSON");
-            assert_eq!(body["ring"]["shards"], 16);
-            for shard in body["shards"].as_array().expect("shards") {
-                if shard["held_here"] == true {
-                    let id = shard["id"].as_u64().expect("id") as usize;
-                    held_by[id].push(body["identity"].as_str().unwrap_or_default().to_string());
-                    assert_eq!(shard["holder"], body["identity"], "a replica holds a shard on record");
+        wait_for("16 shards balanced across 3 replicas", || async { balanced(&[&a, &b, &c]).await.then_some(()) })
+            .await;
+        // Every replica's /shards agrees on the holders: never two holders for a shard, and once
+        // settled (no shard between owners) exactly one.
+        let held_by = wait_for("every shard held here by exactly one replica", || async {
+            let mut held_by: Vec<Vec<String>> = vec![Vec::new(); 16];
+            for ctl in [&a, &b, &c] {
+                let body: serde_json::Value = serde_json::from_str(&ctl.get("/shards").await).expect("/shards is JSON");
+                assert_eq!(body["ring"]["shards"], 16);
+                for shard in body["shards"].as_array().expect("shards") {
+                    if shard["held_here"] == true {
+                        let id = shard["id"].as_u64().expect("id") as usize;
+                        held_by[id].push(body["identity"].as_str().unwrap_or_default().to_string());
+                        assert_eq!(shard["holder"], body["identity"], "a replica holds a shard on record");
+                    }
                 }
             }
-        }
-        assert!(held_by.iter().all(|h| h.len() == 1), "each shard held by exactly one replica: {held_by:?}");
+            assert!(held_by.iter().all(|h| h.len() <= 1), "a shard held by two replicas: {held_by:?}");
+            held_by.iter().all(|h| h.len() == 1).then_some(held_by)
+        })
+        .await;
 
         // The command for people shows the same holders.
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
@@ -122,11 +123,7 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
 
         // Graceful stop: its shards move and the next change is served once.
         c.stop().await;
-        wait_for("16 shards held across 2 replicas", || async {
-            let total = a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await;
-            (total == 16.0).then_some(())
-        })
-        .await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
         let after_stop = update_all(&client, &namespaces, "2").await;
 
         // Crash: the shards move once the Leases expire; a change made meanwhile is not lost.
