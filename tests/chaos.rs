@@ -19,7 +19,7 @@ use kube::api::{DeleteParams, PostParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec};
 use serde_json::json;
-use support::controller::Controller;
+use support::controller::{Controller, start_fleet_replica as start};
 use support::fixtures::{
     Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret, secret_hash,
 };
@@ -45,23 +45,6 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-}
-
-fn args(selector: &str) -> Vec<String> {
-    vec![
-        format!("--namespace-selector={selector}"),
-        "--shards=16".into(),
-        "--enable-ha".into(),
-        "--leader-election-lease-duration=4s".into(),
-        "--leader-election-renew-deadline=3s".into(),
-        "--leader-election-retry-period=500ms".into(),
-    ]
-}
-
-async fn start(home: &str, name: &str, selector: &str) -> Controller {
-    let args = args(selector);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Controller::start(name, home, &refs).await
 }
 
 #[tokio::test]

@@ -12,30 +12,13 @@ use kube::api::{DeleteParams, PostParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
-use support::controller::Controller;
+use support::controller::{Controller, start_fleet_replica as start};
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};
 use tokio::time::Instant;
 
 const NAMESPACES: usize = 12;
-
-fn args(selector: &str) -> Vec<String> {
-    vec![
-        format!("--namespace-selector={selector}"),
-        "--shards=16".into(),
-        "--enable-ha".into(),
-        "--leader-election-lease-duration=4s".into(),
-        "--leader-election-renew-deadline=3s".into(),
-        "--leader-election-retry-period=500ms".into(),
-    ]
-}
-
-async fn start(home: &str, name: &str, selector: &str) -> Controller {
-    let args = args(selector);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Controller::start(name, home, &refs).await
-}
 
 /// Update every namespace's ConfigMap to `value` and wait until each Deployment records it,
 /// checking that each rolled exactly once.

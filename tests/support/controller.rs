@@ -118,6 +118,21 @@ impl Controller {
     }
 }
 
+/// Start one replica of a test fleet: 16 shards with Leases in `home`, short lease timings
+/// (4 s / 3 s / 500 ms), serving the namespaces matching `selector`.
+pub async fn start_fleet_replica(home: &str, name: &str, selector: &str) -> Controller {
+    let selector = format!("--namespace-selector={selector}");
+    let args = [
+        selector.as_str(),
+        "--shards=16",
+        "--enable-ha",
+        "--leader-election-lease-duration=4s",
+        "--leader-election-renew-deadline=3s",
+        "--leader-election-retry-period=500ms",
+    ];
+    Controller::start(name, home, &args).await
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
