@@ -167,7 +167,7 @@ async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result
             .args(&args)
             .env("POD_NAME", format!("lt-replica-{r}"))
             .env("POD_NAMESPACE", HOME)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -189,21 +189,29 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
 
 async fn wait_ready(ports: &[u16], replicas: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
+    let (floor, ceil) = (16 / replicas as u32, 16_u32.div_ceil(replicas as u32));
+    let mut settled_since: Option<Instant> = None;
     loop {
         let mut ready = 0;
-        let mut held = 0.0;
+        let mut balanced = true;
+        let mut total = 0;
         for p in ports {
             if http_get(*p, "/readyz").await.is_some() {
                 ready += 1;
             }
-            held += metric(*p, "reloader_shards_active").await;
+            let active = metric(*p, "reloader_shards_active").await as u32;
+            balanced &= active == floor || active == ceil;
+            total += active;
         }
-        // A single replica without leases owns every shard once ready.
-        let settled = replicas == 1 || held == 16.0;
-        if ready == ports.len() && settled {
-            // Wait until the stores hold every namespace of every held shard.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            return Ok(());
+        // Settled: every replica has taken up its fair share, and has stayed so for 5 s (a
+        // fleet moving shards during the updates would measure the handoff, not the steady state).
+        if ready == ports.len() && balanced && total == 16 {
+            let since = *settled_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(5) {
+                return Ok(());
+            }
+        } else {
+            settled_since = None;
         }
         if Instant::now() > deadline {
             bail!("the fleet did not become ready");
