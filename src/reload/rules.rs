@@ -81,11 +81,12 @@ impl Rules {
         template: &PodTemplate,
     ) -> Verdict {
         let mut problems = Vec::new();
-        let mode = self.decide_mode(kind, resource_name, state, metadata, template, &mut problems);
+        let mode = self.mode(kind, resource_name, state, metadata, template, &mut problems);
         Verdict { mode, problems }
     }
 
-    fn decide_mode(
+    /// The rules in Reloader's order; the first that applies decides.
+    fn mode(
         &mut self,
         kind: ResourceKind,
         resource_name: &str,

@@ -121,24 +121,12 @@ impl Writer {
 
     /// Keys of stored resources of `kind`, optionally only in one namespace.
     pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
-        let inner = self.store.read();
-        inner
-            .resources
-            .keys()
-            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| &*k.namespace == ns))
-            .cloned()
-            .collect()
+        keys_in(self.store.read().resources.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
     }
 
     /// Keys of stored workloads of `kind`, optionally only in one namespace.
     pub fn workload_keys(&self, kind: WorkloadKind, namespace: Option<&str>) -> Vec<WorkloadKey> {
-        let inner = self.store.read();
-        inner
-            .workloads
-            .keys()
-            .filter(|k| k.kind == kind && namespace.is_none_or(|ns| &*k.namespace == ns))
-            .cloned()
-            .collect()
+        keys_in(self.store.read().workloads.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
     }
 
     /// Store a workload and re-index its references.
@@ -189,6 +177,14 @@ impl Writer {
         inner.refs.retain(|k, _| &*k.namespace != namespace);
         inner.explicit.remove(namespace);
     }
+}
+
+fn keys_in<'a, K: Clone + 'a>(keys: impl Iterator<Item = &'a K>, keep: impl Fn(&K) -> bool) -> Vec<K> {
+    keys.filter(|k| keep(k)).cloned().collect()
+}
+
+fn in_scope(namespace: &str, scope: Option<&str>) -> bool {
+    scope.is_none_or(|ns| namespace == ns)
 }
 
 fn unindex(inner: &mut Inner, old: &Workload) {

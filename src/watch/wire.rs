@@ -245,16 +245,21 @@ const SPC_ATTRIBUTE: &str = "secretProviderClass";
 /// Turns wire objects into stored forms, keeping only the annotation keys the engine reads.
 #[derive(Clone, Debug, Default)]
 pub struct Compactor {
-    workload_keys: Vec<String>,
-    ignore_key: String,
-    search_match_key: String,
+    /// Shared: the compactor is cloned into every watch stream and event handler.
+    workload_keys: Arc<[String]>,
+    ignore_key: Arc<str>,
+    search_match_key: Arc<str>,
 }
 
 impl Compactor {
     /// `workload_keys`: workload annotations worth keeping. `ignore_key` and
     /// `search_match_key`: the resource annotations Reloader reads.
     pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String) -> Self {
-        Compactor { workload_keys, ignore_key, search_match_key }
+        Compactor {
+            workload_keys: workload_keys.into(),
+            ignore_key: ignore_key.into(),
+            search_match_key: search_match_key.into(),
+        }
     }
 
     /// Whether this ConfigMap is one of the controller's own.
