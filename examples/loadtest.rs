@@ -266,6 +266,9 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let mut sends = Vec::with_capacity(updates);
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    // Values unique to this run: a rerun on the same namespaces must change every ConfigMap
+    // (the same value again is a no-op at the API server: no event, nothing to reload).
+    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
     let interval = Duration::from_micros(1_000_000 / RATE_PER_SEC);
     let sending = Instant::now();
     let mut next = Instant::now();
@@ -274,7 +277,7 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
         state ^= state >> 7;
         state ^= state << 17;
         let ns = ns_name((state % namespaces as u64) as usize);
-        let value = format!("u{u}");
+        let value = format!("r{run}-u{u}");
         let hash = DataHash::of_configmap(&[("v".to_string(), value.clone())].into(), &Default::default()).to_string();
         if let Ok(mut p) = pending.lock() {
             p.insert((ns.clone(), hash), Instant::now());
