@@ -222,7 +222,7 @@ async fn main() -> anyhow::Result<()> {
             watch_config,
             writer,
             watch_metrics,
-            watch::Links { owned: owned_rx, changes: changes_tx, synced: synced_tx },
+            watch::Links { owned: owned_rx.clone(), changes: changes_tx, synced: synced_tx },
             shutdown.clone(),
         )
         .instrument(info_span!("watch")),
@@ -231,7 +231,7 @@ async fn main() -> anyhow::Result<()> {
         reload::run(
             client,
             engine_config,
-            reload::Inputs { store, changes: changes_rx, synced: synced_rx },
+            reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx },
             reload_metrics,
             reload::Outputs { reconciled: reconciled_tx, active: active_tx },
             shutdown.clone(),

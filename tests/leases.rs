@@ -6,7 +6,8 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
@@ -40,11 +41,21 @@ fn config(ns: &str, identity: &str) -> lease::Config {
 }
 
 fn start(client: &Client, ns: &str, identity: &str) -> Replica {
+    start_with_engine(client, ns, identity, None)
+}
+
+/// A replica whose engine reports, on `working`, the shards it is still acting on.
+fn start_with_engine(
+    client: &Client,
+    ns: &str,
+    identity: &str,
+    working: Option<watch::Receiver<BTreeSet<u32>>>,
+) -> Replica {
     let stop = CancellationToken::new();
     let (ownership, task) = lease::spawn(
         client.clone(),
         config(ns, identity),
-        None,
+        working,
         lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry"),
         stop.clone(),
     );
@@ -100,6 +111,105 @@ async fn three_replicas_balance_sixteen_shards_and_never_share_one() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let_go() {
+    with_temp_ns("leases-drain", |client, ns| async move {
+        let (working_tx, working_rx) = watch::channel(BTreeSet::new());
+        let a = start_with_engine(&client, &ns, "replica-a", Some(working_rx));
+        wait_for("a to hold every shard", || async { (held(&a).len() == SHARDS as usize).then_some(()) }).await;
+        working_tx.send_replace(held(&a));
+        let withdrawn_at = record_withdrawals(a.ownership.clone());
+        let released_at = record_releases(client.clone(), &ns, "replica-a");
+
+        // B joins; A withdraws half, but its engine is still on them: the Leases stay A's.
+        let b = start(&client, &ns, "replica-b");
+        let all: BTreeSet<u32> = (0..SHARDS).collect();
+        let moving: BTreeSet<u32> = wait_for("a to withdraw half of its shards", || async {
+            let held = held(&a);
+            (held.len() == SHARDS as usize / 2).then(|| all.difference(&held).copied().collect())
+        })
+        .await;
+        let hold_until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < hold_until {
+            assert!(lock(&released_at).is_empty(), "a Lease was released while the engine still acted on its shard");
+            assert!(held(&b).is_empty(), "b acted on a shard a's engine had not let go of");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // The engine lets go: the Leases move.
+        let let_go = Instant::now();
+        working_tx.send_replace(held(&a));
+        wait_for("a and b to share the shards", || async { settled(&[&a, &b]).then_some(()) }).await;
+        println!("shards moved {:?} after the engine let go", let_go.elapsed());
+        assert_eq!(held(&b), moving);
+
+        // An engine on nothing (still taking shards up, say): a withdrawal is still published
+        // before the Lease is released, so the engine cannot start on a shard being given away.
+        working_tx.send_replace(BTreeSet::new());
+        let c = start(&client, &ns, "replica-c");
+        wait_for("a, b and c to share the shards", || async { settled(&[&a, &b, &c]).then_some(()) }).await;
+        let (withdrawn, released) = (lock(&withdrawn_at).clone(), lock(&released_at).clone());
+        assert!(released.len() > moving.len(), "c took none of a's shards");
+        for (shard, released) in released {
+            let withdrawn = withdrawn.get(&shard).unwrap_or_else(|| panic!("shard {shard} released, never withdrawn"));
+            assert!(*withdrawn < released, "shard {shard}'s Lease was released before a stopped acting on it");
+        }
+        for r in [a, b, c] {
+            r.stop.cancel();
+            r.task.await.expect("lease task").expect("clean release");
+        }
+    })
+    .await;
+}
+
+type Times = Arc<Mutex<HashMap<u32, Instant>>>;
+
+fn lock(times: &Times) -> std::sync::MutexGuard<'_, HashMap<u32, Instant>> {
+    times.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// When each shard first left the replica's published `held` set.
+fn record_withdrawals(mut ownership: watch::Receiver<Ownership>) -> Times {
+    let times = Times::default();
+    let recorded = times.clone();
+    tokio::spawn(async move {
+        let mut before = ownership.borrow_and_update().held.clone();
+        while ownership.changed().await.is_ok() {
+            let now = ownership.borrow_and_update().held.clone();
+            for shard in before.difference(&now) {
+                lock(&recorded).entry(*shard).or_insert_with(Instant::now);
+            }
+            before = now;
+        }
+    });
+    times
+}
+
+/// When each shard Lease held by `holder` was first seen naming someone else (or no one).
+fn record_releases(client: Client, ns: &str, holder: &str) -> Times {
+    use futures::StreamExt;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let times = Times::default();
+    let recorded = times.clone();
+    let holder = holder.to_string();
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client, ns);
+    tokio::spawn(async move {
+        let mut stream = watcher(leases, watcher::Config::default()).default_backoff().applied_objects().boxed();
+        let mut theirs = BTreeSet::new();
+        while let Some(Ok(lease)) = stream.next().await {
+            let name = lease.metadata.name.unwrap_or_default();
+            let Some(shard) = name.strip_prefix("fleet-shard-").and_then(|n| n.parse::<u32>().ok()) else { continue };
+            if lease.spec.and_then(|s| s.holder_identity).as_deref() == Some(holder.as_str()) {
+                theirs.insert(shard);
+            } else if theirs.remove(&shard) {
+                lock(&recorded).entry(shard).or_insert_with(Instant::now);
+            }
+        }
+    });
+    times
 }
 
 #[tokio::test]

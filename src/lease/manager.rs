@@ -188,7 +188,7 @@ impl Observed {
 /// `working` is the set of shards the engine still acts on: a shard that is to move is first
 /// withdrawn from [`Ownership::held`], kept renewed until it leaves `working` (its checkpoint
 /// is saved) or the renew deadline passes, and only then released (drain -> checkpoint ->
-/// release). `None` releases at once.
+/// release). `None` releases one round after the withdrawal.
 pub fn spawn(
     client: Client,
     config: Config,
@@ -333,8 +333,13 @@ impl Manager {
 
     /// Whether a shard to move is withdrawn and finished with: the engine let go of it, or the
     /// renew deadline passed since it was withdrawn (the engine stopped acting on it anyway).
+    /// A shard first seen here is not: its withdrawal is published at the end of this round,
+    /// and until then the engine may still be taking it up.
     fn drained(&mut self, shard: u32) -> bool {
-        let since = *self.draining.entry(shard).or_insert_with(Instant::now);
+        let Some(since) = self.draining.get(&shard).copied() else {
+            self.draining.insert(shard, Instant::now());
+            return false;
+        };
         let let_go = self.working.as_ref().is_none_or(|w| !w.borrow().contains(&shard));
         let_go || since.elapsed() >= self.config.renew_deadline
     }

@@ -91,14 +91,18 @@ pub struct Inputs {
     pub changes: mpsc::Receiver<Change>,
     /// The shards the store is complete for (`None` before the first list).
     pub synced: watch::Receiver<Option<BTreeSet<u32>>>,
+    /// The shards this replica may act on now, straight from the lease room: a shard is taken
+    /// up only while it is still owned, however late the watches catch up.
+    pub owned: watch::Receiver<BTreeSet<u32>>,
 }
 
 /// What the engine tells the others. The engine is the only sender of both.
 pub struct Outputs {
     /// True once the first reconcile is done: what readiness waits for.
     pub reconciled: watch::Sender<bool>,
-    /// Shards the engine is acting on. A shard leaves it only after its checkpoint is saved,
-    /// so the lease room releases a shard's Lease once it is gone from here.
+    /// Shards the engine is acting on or taking up. A shard joins it before its checkpoint is
+    /// read and leaves it only after its checkpoint is saved, so the lease room releases a
+    /// shard's Lease once it is gone from here.
     pub active: watch::Sender<BTreeSet<u32>>,
 }
 
@@ -117,7 +121,7 @@ pub async fn run(
     outputs: Outputs,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let Inputs { store, mut changes, mut synced } = inputs;
+    let Inputs { store, mut changes, mut synced, mut owned } = inputs;
     let Outputs { reconciled, active } = outputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
@@ -140,10 +144,10 @@ pub async fn run(
         attempts: HashMap::new(),
         checkpoints: BTreeMap::new(),
         dirty: BTreeSet::new(),
+        owned: owned.clone(),
+        active,
     };
-    let wanted = synced.borrow_and_update().clone().unwrap_or_default();
-    engine.follow(&wanted).await;
-    active.send_replace(engine.checkpoints.keys().copied().collect());
+    engine.follow(&wanted(&mut synced, &mut owned)).await;
     reconciled.send_replace(true);
 
     let mut save_at: Option<Instant> = Some(Instant::now());
@@ -154,11 +158,8 @@ pub async fn run(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Ok(()) = synced.changed() => {
-                let wanted = synced.borrow_and_update().clone().unwrap_or_default();
-                engine.follow(&wanted).await;
-                active.send_replace(engine.checkpoints.keys().copied().collect());
-            }
+            Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
+            Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
             Some(change) = changes.recv() => engine.handle(change, None).await,
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
@@ -171,10 +172,9 @@ pub async fn run(
             _ = tick.tick() => {
                 engine.resume_paused().await;
                 // Shards whose checkpoint could not be read yet.
-                let wanted = synced.borrow().clone().unwrap_or_default();
+                let wanted = wanted(&mut synced, &mut owned);
                 if wanted.iter().any(|s| !engine.checkpoints.contains_key(s)) {
                     engine.follow(&wanted).await;
-                    active.send_replace(engine.checkpoints.keys().copied().collect());
                 }
             }
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
@@ -191,8 +191,16 @@ pub async fn run(
     }
     // Shutdown: in-flight writes are done (the loop is sequential); keep what was acted on.
     engine.follow(&BTreeSet::new()).await;
-    active.send_replace(BTreeSet::new());
     Ok(())
+}
+
+/// The shards to act on: complete in the store and still owned.
+fn wanted(
+    synced: &mut watch::Receiver<Option<BTreeSet<u32>>>,
+    owned: &mut watch::Receiver<BTreeSet<u32>>,
+) -> BTreeSet<u32> {
+    let owned = owned.borrow_and_update();
+    synced.borrow_and_update().iter().flatten().filter(|s| owned.contains(s)).copied().collect()
 }
 
 struct Engine {
@@ -215,6 +223,9 @@ struct Engine {
     checkpoints: BTreeMap<u32, Checkpoint>,
     /// Active shards whose acted-on hashes changed since their last save.
     dirty: BTreeSet<u32>,
+    owned: watch::Receiver<BTreeSet<u32>>,
+    /// Tells the lease room which shards the engine is on: see [`Outputs::active`].
+    active: watch::Sender<BTreeSet<u32>>,
 }
 
 impl Engine {
@@ -278,6 +289,7 @@ impl Engine {
     async fn follow(&mut self, wanted: &BTreeSet<u32>) {
         self.follow_shards(wanted).await;
         self.metrics.shards_active.set(self.checkpoints.len() as i64);
+        self.active.send_replace(self.checkpoints.keys().copied().collect());
     }
 
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
@@ -302,6 +314,14 @@ impl Engine {
             if self.checkpoints.contains_key(&shard) {
                 continue;
             }
+            // Owned now, and said so before acting: a Lease is never released under a shard
+            // being taken up (the lease room withdraws it, then waits for it to leave `active`).
+            if !self.owned.borrow().contains(&shard) {
+                continue;
+            }
+            self.active.send_modify(|a| {
+                a.insert(shard);
+            });
             let mut checkpoint =
                 Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
             let loaded = match checkpoint.load().await {
@@ -309,6 +329,9 @@ impl Engine {
                 Err(err) => {
                     self.metrics.errors.with_label_values(&["checkpoint"]).inc();
                     warn!(shard, error = %err, "cannot read the shard's checkpoint yet; retrying");
+                    self.active.send_modify(|a| {
+                        a.remove(&shard);
+                    });
                     continue;
                 }
             };
