@@ -12,8 +12,9 @@ use kube::api::{DeleteParams, PostParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
-use support::controller::{Controller, start_fleet_replica as start};
+use support::controller::{Controller, start_fleet_replica as start, start_fleet_replica_via as start_via};
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
+use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};
 use tokio::time::Instant;
@@ -48,17 +49,7 @@ async fn update_all(client: &kube::Client, namespaces: &[String], value: &str) -
 #[tokio::test]
 async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes() {
     with_temp_ns("fleet", |client, home| async move {
-        let label = format!("reloader-fleet.test/fleet={home}");
-        let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{home}-{i}")).collect();
-        let api: Api<Namespace> = Api::all(client.clone());
-        for ns in &namespaces {
-            let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
-                "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" } } }))
-            .expect("namespace JSON");
-            api.create(&PostParams::default(), &object).await.expect("create namespace");
-            create_configmap(&client, ns, "cm", &[("k", "0")]).await;
-            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
-        }
+        let (label, namespaces) = served_namespaces(&client, &home).await;
 
         let a = start(&home, &format!("{home}-a"), &label).await;
         let b = start(&home, &format!("{home}-b"), &label).await;
@@ -128,9 +119,87 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let after_crash = update_all(&client, &namespaces, "4").await;
         println!("{NAMESPACES} namespaces served in {steady:?} (3 replicas), {after_stop:?} (after a stop), {after_crash:?} (after a crash)");
         a.stop().await;
-        for ns in &namespaces {
-            let _ = api.delete(ns, &DeleteParams::background()).await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+/// `NAMESPACES` namespaces labelled for this test, each with ConfigMap `cm` used by an auto
+/// Deployment `web`; returns the label selector and the names.
+async fn served_namespaces(client: &kube::Client, home: &str) -> (String, Vec<String>) {
+    let label = format!("reloader-fleet.test/fleet={home}");
+    let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{home}-{i}")).collect();
+    let api: Api<Namespace> = Api::all(client.clone());
+    for ns in &namespaces {
+        let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
+            "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" } } }))
+        .expect("namespace JSON");
+        api.create(&PostParams::default(), &object).await.expect("create namespace");
+        create_configmap(client, ns, "cm", &[("k", "0")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
+    }
+    (label, namespaces)
+}
+
+async fn delete_namespaces(client: &kube::Client, namespaces: &[String]) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        let _ = api.delete(ns, &DeleteParams::background()).await;
+    }
+}
+
+#[tokio::test]
+async fn a_replica_cut_off_from_the_api_server_stops_acting_before_another_takes_over() {
+    with_temp_ns("fleet-cut", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        let proxy = Proxy::start(api_server_addr()).await;
+        let via_proxy = kubeconfig_via(proxy.addr, &format!("{home}-cut"));
+        let a = start(&home, &format!("{home}-a"), &label).await;
+        let cut = start_via(&home, &format!("{home}-cut"), &label, &via_proxy).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &cut]).await.then_some(()) }).await;
+        update_all(&client, &namespaces, "1").await;
+
+        // Partition: the cut replica must stop acting (its engine lets go of every shard) before
+        // its Leases expire and the other replica takes them.
+        let cut_at = Instant::now();
+        proxy.cut();
+        let (mut stopped_at, mut taken_at) = (None, None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && (stopped_at.is_none() || taken_at.is_none()) {
+            let (cut_active, a_active) =
+                (cut.metric("reloader_shards_active").await, a.metric("reloader_shards_active").await);
+            if stopped_at.is_none() && cut_active == 0.0 {
+                stopped_at = Some(Instant::now());
+            }
+            if taken_at.is_none() && a_active > 8.0 {
+                taken_at = Some(Instant::now());
+            }
+            assert!(cut_active + a_active <= 16.0, "a shard active in both replicas ({cut_active} + {a_active})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let stopped_at = stopped_at.expect("the cut replica stopped acting");
+        let taken_at = taken_at.expect("the other replica took over");
+        println!(
+            "cut replica stopped acting {:?} after the cut, {:?} before the takeover (lease 4 s, renew deadline 3 s)",
+            stopped_at - cut_at,
+            taken_at.saturating_duration_since(stopped_at)
+        );
+        assert!(stopped_at < taken_at, "the cut replica must stop acting before its shards are taken");
+
+        // Changes made during the partition are served once, by the replica that can reach the
+        // API server; after the partition heals the fleet rebalances and still serves each once.
+        wait_for("a to act on every shard", || async {
+            (a.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+        update_all(&client, &namespaces, "2").await;
+        proxy.restore();
+        wait_for("the healed replica to get its share back", || async { balanced(&[&a, &cut]).await.then_some(()) })
+            .await;
+        update_all(&client, &namespaces, "3").await;
+        a.stop().await;
+        cut.stop().await;
+        delete_namespaces(&client, &namespaces).await;
     })
     .await;
 }

@@ -121,6 +121,16 @@ impl Controller {
 /// Start one replica of a test fleet: 16 shards with Leases in `home`, short lease timings
 /// (4 s / 3 s / 500 ms), serving the namespaces matching `selector`.
 pub async fn start_fleet_replica(home: &str, name: &str, selector: &str) -> Controller {
+    start_fleet_replica_via(home, name, selector, &kubeconfig_path()).await
+}
+
+/// [`start_fleet_replica`] reaching the API server through another kubeconfig (a proxy).
+pub async fn start_fleet_replica_via(
+    home: &str,
+    name: &str,
+    selector: &str,
+    kubeconfig: &std::path::Path,
+) -> Controller {
     let selector = format!("--namespace-selector={selector}");
     let args = [
         selector.as_str(),
@@ -130,7 +140,7 @@ pub async fn start_fleet_replica(home: &str, name: &str, selector: &str) -> Cont
         "--leader-election-renew-deadline=3s",
         "--leader-election-retry-period=500ms",
     ];
-    Controller::start(name, home, &args).await
+    Controller::start_with_kubeconfig(name, home, &args, kubeconfig).await
 }
 
 fn free_port() -> u16 {
