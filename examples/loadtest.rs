@@ -77,12 +77,43 @@ async fn main() -> anyhow::Result<()> {
         pct(0.99) * 1000.0,
         sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
     );
+    if replicas > 1 {
+        handoff(&mut controllers).await?;
+    }
     for (child, _) in controllers.iter_mut() {
         if let Some(pid) = child.id() {
             let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     }
+    Ok(())
+}
+
+/// SIGTERM the last replica and time until the others act on every shard (Leases moved,
+/// stores loaded, checkpoints read).
+async fn handoff(controllers: &mut Vec<(Child, u16)>) -> anyhow::Result<()> {
+    let Some((mut child, _)) = controllers.pop() else { return Ok(()) };
+    let started = Instant::now();
+    if let Some(pid) = child.id() {
+        Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await?;
+    }
+    let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
+    let deadline = started + Duration::from_secs(120);
+    loop {
+        let mut active = 0.0;
+        for p in &ports {
+            active += metric(*p, "reloader_shards_active").await;
+        }
+        if active == 16.0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the remaining replicas did not take over within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("SIGTERM handoff: the other replicas act on all 16 shards {:.0?} after the signal", started.elapsed());
+    let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     Ok(())
 }
 

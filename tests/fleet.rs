@@ -12,7 +12,10 @@ use kube::api::{DeleteParams, PostParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
-use support::controller::{Controller, start_fleet_replica as start, start_fleet_replica_via as start_via};
+use support::controller::{
+    Controller, start_fleet_replica as start, start_fleet_replica_scoped as start_scoped,
+    start_fleet_replica_via as start_via,
+};
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
@@ -216,6 +219,44 @@ async fn balanced(controllers: &[&Controller]) -> bool {
         sum += held;
     }
     sum == 16
+}
+
+#[tokio::test]
+async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_gain() {
+    with_temp_ns("fleet-scoped", |client, home| async move {
+        let (_, namespaces) = served_namespaces(&client, &home).await;
+        let scope = format!("--namespaces={}", namespaces.join(","));
+        let kubeconfig = support::kubeconfig_path();
+        let a = start_scoped(&home, &format!("{home}-a"), &scope, &kubeconfig).await;
+        let b = start_scoped(&home, &format!("{home}-b"), &scope, &kubeconfig).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        // One watch per kind (ConfigMap, Secret, Deployment, DaemonSet, StatefulSet) and owned
+        // namespace: together the two replicas watch each namespace once.
+        let all = NAMESPACES as f64 * 5.0;
+        wait_for("each namespace watched by one replica", || async {
+            let total = a.metric("reloader_watch_streams").await + b.metric("reloader_watch_streams").await;
+            (total == all).then_some(())
+        })
+        .await;
+        update_all(&client, &namespaces, "1").await;
+
+        // B stops: A starts watches for B's namespaces only; its own keep running.
+        let (kept, started_before) =
+            (a.metric("reloader_watch_streams").await, a.metric("reloader_watch_streams_started_total").await);
+        b.stop().await;
+        wait_for("a to watch every namespace", || async {
+            let streams = a.metric("reloader_watch_streams").await;
+            (a.metric("reloader_shards_active").await == 16.0 && streams == all).then_some(())
+        })
+        .await;
+        let started = a.metric("reloader_watch_streams_started_total").await - started_before;
+        println!("after the handoff: {started} watches started, {kept} kept");
+        assert_eq!(started, all - kept, "only the gained namespaces' watches start");
+        update_all(&client, &namespaces, "2").await;
+        a.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
 }
 
 #[tokio::test]

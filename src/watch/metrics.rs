@@ -1,6 +1,6 @@
 //! The watch room's metrics, registered into the process registry by `main`.
 
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Counters of what the watches received. Cheap to clone (handles to the same series).
 #[derive(Clone)]
@@ -11,6 +11,10 @@ pub struct Metrics {
     pub watch_errors: IntCounter,
     /// `reloader_store_objects{kind="resources"|"workloads"}`: what this replica holds.
     pub store_objects: IntGaugeVec,
+    /// `reloader_watch_streams`: watches running now (each holds a connection to the API server).
+    pub streams: IntGauge,
+    /// `reloader_watch_streams_started_total`: watches started, each with a full list.
+    pub streams_started: IntCounter,
 }
 
 impl Metrics {
@@ -27,9 +31,15 @@ impl Metrics {
             IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff")?;
         let store_objects =
             IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"])?;
+        let streams =
+            IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server")?;
+        let streams_started =
+            IntCounter::new("reloader_watch_streams_started_total", "Watches started, each with a full list")?;
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(store_objects.clone()))?;
-        Ok(Metrics { events_received, watch_errors, store_objects })
+        registry.register(Box::new(streams.clone()))?;
+        registry.register(Box::new(streams_started.clone()))?;
+        Ok(Metrics { events_received, watch_errors, store_objects, streams, streams_started })
     }
 }

@@ -23,7 +23,7 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -79,7 +79,8 @@ enum Incoming {
 }
 
 type Tagged = (usize, Result<Incoming, watcher::Error>);
-type Merged = futures::stream::SelectAll<Pin<Box<dyn Stream<Item = Tagged> + Send>>>;
+type BoxedTagged = Pin<Box<dyn Stream<Item = Tagged> + Send>>;
+type Merged = futures::stream::SelectAll<BoxedTagged>;
 
 /// Namespace and name of the objects a list has seen.
 type Seen = HashSet<(Arc<str>, Arc<str>)>;
@@ -90,6 +91,8 @@ struct StreamState {
     synced_once: bool,
     /// Objects seen by the list in progress, if one is.
     seen: Option<Seen>,
+    /// Ends the stream (it then leaves the merged stream).
+    stop: CancellationToken,
 }
 
 impl StreamState {
@@ -141,7 +144,9 @@ pub async fn run(
         changes,
         namespace_labels: HashMap::new(),
         selected: HashSet::new(),
-        streams: Vec::new(),
+        streams: HashMap::new(),
+        next_stream: 0,
+        list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
         all_synced: false,
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
@@ -155,41 +160,51 @@ pub async fn run(
             () = task.sync_namespaces(ns_stream) => {}
         }
     }
+    let mut merged: Merged = futures::stream::SelectAll::new();
+    task.open_streams(&client, &mut merged);
+    // With no stream to start (no owned namespace in scoped mode) the store is complete now.
+    task.publish_sync(&synced);
     loop {
-        let mut merged = task.start_streams(&client);
-        // With no stream to start (no owned namespace in scoped mode) the store is complete now.
-        task.publish_sync(&synced);
-        loop {
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return Ok(()),
-                Some(event) = next_namespace_event(&mut namespaces) => {
-                    if task.apply_namespace_event(event) {
-                        info!("namespace selection gained namespaces; relisting watches");
-                        break;
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            Some(event) = next_namespace_event(&mut namespaces) => {
+                if task.apply_namespace_event(event) {
+                    info!("namespace selection gained namespaces; relisting watches");
+                    task.stop_streams();
+                    task.open_streams(&client, &mut merged);
+                }
+            }
+            Ok(()) = owned.changed() => {
+                let now_owned = owned.borrow_and_update().clone();
+                let gained = task.apply_ownership(now_owned, &synced);
+                if gained && task.config.namespaces.is_none() {
+                    // One watch covers every namespace: it relists to load the gained ones.
+                    info!(shards = ?task.owned, "gained shards; relisting watches to load them");
+                    task.stop_streams();
+                }
+                // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
+                task.open_streams(&client, &mut merged);
+                task.publish_sync(&synced);
+            }
+            Some((stream, item)) = merged.next() => {
+                match item {
+                    Ok(incoming) => task.apply(stream, incoming).await?,
+                    Err(err) => {
+                        task.metrics.watch_errors.inc();
+                        warn!(error = %err, "watch failed; retrying with backoff");
                     }
                 }
-                Ok(()) = owned.changed() => {
-                    let now_owned = owned.borrow_and_update().clone();
-                    if task.apply_ownership(now_owned, &synced) {
-                        info!(shards = ?task.owned, "gained shards; relisting watches to load them");
-                        break;
-                    }
-                }
-                Some((stream, item)) = merged.next() => {
-                    match item {
-                        Ok(incoming) => task.apply(stream, incoming).await?,
-                        Err(err) => {
-                            task.metrics.watch_errors.inc();
-                            warn!(error = %err, "watch failed; retrying with backoff");
-                        }
-                    }
-                    task.publish_sync(&synced);
-                }
+                task.publish_sync(&synced);
             }
         }
     }
 }
+
+/// Initial lists running at once. Namespace-scoped mode opens thousands of watches when it
+/// takes up shards; starting them all at once stalls the API server (and the Lease renewals
+/// waiting behind them).
+const CONCURRENT_LISTS: usize = 32;
 
 struct WatchTask {
     config: Config,
@@ -199,7 +214,10 @@ struct WatchTask {
     changes: mpsc::Sender<Change>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     selected: HashSet<String>,
-    streams: Vec<StreamState>,
+    /// Running streams by id; an item of an id not here is from a stopped stream.
+    streams: HashMap<usize, StreamState>,
+    next_stream: usize,
+    list_permits: Arc<Semaphore>,
     /// Whether the first full list is done (later lists are diffed and sent as changes).
     all_synced: bool,
     /// Shards owned now.
@@ -214,7 +232,7 @@ type NamespaceStream =
 fn namespace_stream(client: Client) -> NamespaceStream {
     // Metadata only: labels are all the filter needs.
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
-    watcher::watcher(api, watcher::Config::default()).default_backoff().boxed()
+    watcher::watcher(api, list_config()).default_backoff().boxed()
 }
 
 async fn next_namespace_event(
@@ -296,7 +314,7 @@ impl WatchTask {
         let (resources, workloads) = self.writer.store().len();
         self.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
         self.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
-        if self.streams.iter().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
+        if self.streams.values().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
             self.all_synced = true;
             self.synced_for = Some(self.owned.clone());
             info!(resources, workloads, shards = ?self.owned, "store in sync");
@@ -340,64 +358,84 @@ impl WatchTask {
         }
     }
 
-    /// (Re)start every object watch; each starts with a full list.
-    fn start_streams(&mut self, client: &Client) -> Merged {
-        // Nothing owned, nothing to list. Namespace-scoped mode opens watches only for
-        // namespaces of owned shards (each open watch is a connection of its own).
-        let scopes: Vec<Option<String>> = match &self.config.namespaces {
-            _ if self.owned.is_empty() => vec![],
-            None => vec![None],
+    /// The scopes to watch: none while nothing is owned; one cluster-wide scope; or, in
+    /// namespace-scoped mode, the listed namespaces of owned shards (each open watch is a
+    /// connection of its own).
+    fn wanted_scopes(&self) -> HashSet<Option<String>> {
+        match &self.config.namespaces {
+            _ if self.owned.is_empty() => HashSet::new(),
+            None => HashSet::from([None]),
             Some(list) => list
                 .iter()
                 .filter(|ns| self.owned.contains(&self.config.ring.shard_of(ns)))
                 .cloned()
                 .map(Some)
                 .collect(),
-        };
+        }
+    }
+
+    /// Stop every stream; `open_streams` then starts them afresh, each with a full list.
+    fn stop_streams(&mut self) {
+        for (_, state) in self.streams.drain() {
+            state.stop.cancel();
+        }
+        self.metrics.streams.set(0);
+    }
+
+    /// Stop the streams of scopes no longer wanted and start those of wanted scopes that have
+    /// none; each new stream starts with a full list.
+    fn open_streams(&mut self, client: &Client, merged: &mut Merged) {
+        let wanted = self.wanted_scopes();
+        self.streams.retain(|_, state| {
+            let keep = wanted.contains(&state.namespace);
+            if !keep {
+                state.stop.cancel();
+            }
+            keep
+        });
+        self.metrics.streams.set(self.streams.len() as i64);
+        let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
         let resource_config = match &selector {
-            Some(s) => watcher::Config::default().labels(s),
-            None => watcher::Config::default(),
+            Some(s) => list_config().labels(s),
+            None => list_config(),
         };
-        self.streams.clear();
-        let mut merged: Merged = futures::stream::SelectAll::new();
-        for scope in scopes {
+        for scope in wanted.difference(&running) {
             if self.config.watch_configmaps {
-                let id = self.add_stream(&scope);
-                merged.push(tagged(
-                    id,
-                    watch_kind::<SlimConfigMap>(client, &scope, resource_config.clone()),
-                    Incoming::ConfigMap,
-                ));
+                let stream = watch_kind::<SlimConfigMap>(client, scope, resource_config.clone());
+                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::ConfigMap));
             }
             if self.config.watch_secrets {
-                let id = self.add_stream(&scope);
-                merged.push(tagged(
-                    id,
-                    watch_kind::<SlimSecret>(client, &scope, resource_config.clone()),
-                    Incoming::Secret,
-                ));
+                let stream = watch_kind::<SlimSecret>(client, scope, resource_config.clone());
+                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::Secret));
             }
             for kind in self.config.workload_kinds.clone() {
-                let id = self.add_stream(&scope);
-                merged.push(match kind {
-                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, &scope, &self.compactor),
-                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, &scope, &self.compactor),
-                    WorkloadKind::StatefulSet => {
-                        workload_stream::<SlimStatefulSet>(id, client, &scope, &self.compactor)
-                    }
+                let compactor = self.compactor.clone();
+                self.add_stream(merged, scope, |id| match kind {
+                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor),
+                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor),
+                    WorkloadKind::StatefulSet => workload_stream::<SlimStatefulSet>(id, client, scope, &compactor),
                 });
             }
         }
-        merged
     }
 
-    fn add_stream(&mut self, scope: &Option<String>) -> usize {
-        self.streams.push(StreamState { namespace: scope.clone(), synced_once: false, seen: None });
-        self.streams.len() - 1
+    /// Register a stream and add it to `merged`, its initial list waiting for a permit.
+    fn add_stream(&mut self, merged: &mut Merged, scope: &Option<String>, make: impl FnOnce(usize) -> BoxedTagged) {
+        let id = self.next_stream;
+        self.next_stream += 1;
+        let stop = CancellationToken::new();
+        let stream = gated(make(id), self.list_permits.clone()).take_until(stop.clone().cancelled_owned());
+        merged.push(Box::pin(stream));
+        self.streams.insert(id, StreamState { namespace: scope.clone(), synced_once: false, seen: None, stop });
+        self.metrics.streams_started.inc();
+        self.metrics.streams.set(self.streams.len() as i64);
     }
 
     async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
+        if !self.streams.contains_key(&stream) {
+            return Ok(()); // from a stream just stopped
+        }
         match incoming {
             Incoming::ConfigMap(WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) | WatchEvent::Delete(cm))
                 if Compactor::is_internal(&cm) =>
@@ -437,11 +475,11 @@ impl WatchTask {
         // gained) is not a change: its first change carries the store's hash as baseline. This
         // keeps a relist of thousands of objects from flooding the engine (and the watch task
         // from stalling on it while the API server waits for it to read).
-        let emit = self.streams[stream].synced_once || self.all_synced;
+        let emit = self.stream(stream).synced_once || self.all_synced;
         match event {
-            WatchEvent::Init => self.streams[stream].start_list(),
+            WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(obj) | WatchEvent::Apply(obj) => {
-                let cause = if self.streams[stream].is_listing() { Cause::Listed } else { Cause::Event };
+                let cause = if self.stream(stream).is_listing() { Cause::Listed } else { Cause::Event };
                 let (Some(namespace), Some(name), state) = compact(&obj) else {
                     return Ok(());
                 };
@@ -450,7 +488,7 @@ impl WatchTask {
                     return Ok(());
                 }
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
-                self.streams[stream].saw(&key.namespace, &key.name);
+                self.stream(stream).saw(&key.namespace, &key.name);
                 let previous = self.writer.apply_resource(key.clone(), state.clone()).map(|p| p.hash);
                 let new_here = previous.is_none() && cause == Cause::Event;
                 if emit && (new_here || previous.is_some_and(|p| p != state.hash)) {
@@ -470,7 +508,7 @@ impl WatchTask {
                 }
             }
             WatchEvent::InitDone => {
-                let (scope, seen) = self.streams[stream].finish_list();
+                let (scope, seen) = self.stream(stream).finish_list();
                 for key in self.writer.resource_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone()))
                         && let Some(gone) = self.writer.delete_resource(&key)
@@ -487,18 +525,18 @@ impl WatchTask {
 
     fn apply_workload_event(&mut self, stream: usize, kind: WorkloadKind, event: WatchEvent<Option<Workload>>) {
         match event {
-            WatchEvent::Init => self.streams[stream].start_list(),
+            WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
                 if !self.is_selected(&w.key.namespace) {
                     return;
                 }
-                self.streams[stream].saw(&w.key.namespace, &w.key.name);
+                self.stream(stream).saw(&w.key.namespace, &w.key.name);
                 self.writer.apply_workload(w);
             }
             WatchEvent::Delete(Some(w)) => self.writer.delete_workload(&w.key),
             WatchEvent::InitApply(None) | WatchEvent::Apply(None) | WatchEvent::Delete(None) => {}
             WatchEvent::InitDone => {
-                let (scope, seen) = self.streams[stream].finish_list();
+                let (scope, seen) = self.stream(stream).finish_list();
                 for key in self.writer.workload_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
                         self.writer.delete_workload(&key);
@@ -508,11 +546,28 @@ impl WatchTask {
         }
     }
 
+    /// The state of a running stream; `apply` checked that it runs.
+    fn stream(&mut self, id: usize) -> &mut StreamState {
+        self.streams.entry(id).or_insert_with(|| StreamState {
+            namespace: None,
+            synced_once: false,
+            seen: None,
+            stop: CancellationToken::new(),
+        })
+    }
+
     async fn send(&self, change: Change) -> Result<(), Error> {
         let key = &change.key;
         debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
         self.changes.send(change).await.map_err(|_| Error::EngineGone)
     }
+}
+
+/// Lists are served from the API server's watch cache (resourceVersion 0, as client-go's
+/// informers do): a relist of thousands of objects costs no etcd round trips, and the watch
+/// that follows delivers every change after the listed version.
+fn list_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
 }
 
 fn watch_kind<K>(
@@ -540,22 +595,49 @@ fn workload_stream<K: SlimWorkload>(
     client: &Client,
     scope: &Option<String>,
     compactor: &Compactor,
-) -> Pin<Box<dyn Stream<Item = Tagged> + Send>> {
+) -> BoxedTagged {
     let compactor = compactor.clone();
-    let stream = watch_kind::<K>(client, scope, watcher::Config::default())
+    let stream = watch_kind::<K>(client, scope, list_config())
         .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
 }
 
-fn tagged<K: 'static, S>(
-    id: usize,
-    stream: S,
-    wrap: fn(WatchEvent<K>) -> Incoming,
-) -> Pin<Box<dyn Stream<Item = Tagged> + Send>>
+fn tagged<K: 'static, S>(id: usize, stream: S, wrap: fn(WatchEvent<K>) -> Incoming) -> BoxedTagged
 where
     S: Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
 {
     Box::pin(stream.map(move |item| (id, item.map(wrap))))
+}
+
+/// Hold back `stream` until a list permit is free, and keep the permit until its first list
+/// is done (or failed: the watcher's retries then go ungated).
+fn gated(stream: BoxedTagged, permits: Arc<Semaphore>) -> BoxedTagged {
+    enum Gate {
+        Waiting(BoxedTagged, Arc<Semaphore>),
+        Listing(BoxedTagged, OwnedSemaphorePermit),
+        Open(BoxedTagged),
+    }
+    Box::pin(futures::stream::unfold(Gate::Waiting(stream, permits), |gate| async move {
+        let (mut stream, permit) = match gate {
+            // A closed semaphore never happens (it lives as long as the task); go ungated.
+            Gate::Waiting(stream, permits) => (stream, permits.acquire_owned().await.ok()),
+            Gate::Listing(stream, permit) => (stream, Some(permit)),
+            Gate::Open(stream) => (stream, None),
+        };
+        let item = stream.next().await?;
+        let listed = matches!(
+            &item.1,
+            Err(_)
+                | Ok(Incoming::ConfigMap(WatchEvent::InitDone)
+                    | Incoming::Secret(WatchEvent::InitDone)
+                    | Incoming::Workload(_, WatchEvent::InitDone))
+        );
+        let next = match permit {
+            Some(permit) if !listed => Gate::Listing(stream, permit),
+            _ => Gate::Open(stream),
+        };
+        Some((item, next))
+    }))
 }
 
 fn map_event<A, B>(event: WatchEvent<A>, f: impl FnOnce(A) -> B) -> WatchEvent<B> {

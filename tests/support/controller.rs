@@ -131,9 +131,19 @@ pub async fn start_fleet_replica_via(
     selector: &str,
     kubeconfig: &std::path::Path,
 ) -> Controller {
-    let selector = format!("--namespace-selector={selector}");
+    start_fleet_replica_scoped(home, name, &format!("--namespace-selector={selector}"), kubeconfig).await
+}
+
+/// A test fleet replica whose namespaces are chosen by `scope`, a `--namespace-selector=` or
+/// `--namespaces=` argument.
+pub async fn start_fleet_replica_scoped(
+    home: &str,
+    name: &str,
+    scope: &str,
+    kubeconfig: &std::path::Path,
+) -> Controller {
     let args = [
-        selector.as_str(),
+        scope,
         "--shards=16",
         "--enable-ha",
         "--leader-election-lease-duration=4s",
