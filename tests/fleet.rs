@@ -260,6 +260,53 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
 }
 
 #[tokio::test]
+async fn enable_ha_with_one_shard_is_reloaders_ha_one_active_replica_on_reloaders_lock() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("fleet-ha", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        let selector = format!("--namespace-selector={label}");
+        let args = [
+            selector.as_str(),
+            "--enable-ha",
+            "--leader-election-lease-duration=4s",
+            "--leader-election-renew-deadline=3s",
+            "--leader-election-retry-period=500ms",
+        ];
+        let a = Controller::start(&format!("{home}-a"), &home, &args).await;
+        let b = Controller::start(&format!("{home}-b"), &home, &args).await;
+        let leader = wait_for("exactly one active replica", || async {
+            let (on_a, on_b) = (a.metric("reloader_shards_active").await, b.metric("reloader_shards_active").await);
+            match (on_a, on_b) {
+                (1.0, 0.0) => Some(format!("{home}-a")),
+                (0.0, 1.0) => Some(format!("{home}-b")),
+                _ => None,
+            }
+        })
+        .await;
+        // The one Lease is Reloader's lock, in client-go's format.
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &home);
+        let lock = leases.get("stakater-reloader-lock").await.expect("Reloader's lock Lease");
+        let spec = lock.spec.expect("spec");
+        assert_eq!(spec.holder_identity.as_deref(), Some(leader.as_str()));
+        assert_eq!(spec.lease_duration_seconds, Some(4));
+        assert!(spec.acquire_time.is_some() && spec.renew_time.is_some());
+        update_all(&client, &namespaces, "1").await;
+
+        // The leader stops: the other replica takes over and serves every namespace once.
+        let (leader, follower) = if leader.ends_with("-a") { (a, b) } else { (b, a) };
+        leader.stop().await;
+        wait_for("the other replica to become active", || async {
+            (follower.metric("reloader_shards_active").await == 1.0).then_some(())
+        })
+        .await;
+        update_all(&client, &namespaces, "2").await;
+        follower.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn handoff_times_with_default_lease_timings() {
     with_temp_ns("fleet-handoff", |client, home| async move {
         let label = format!("reloader-fleet.test/handoff={home}");

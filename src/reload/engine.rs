@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
@@ -42,6 +42,8 @@ const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Reported bad annotations remembered at most (then reported again once).
 const REPORTED_LIMIT: usize = 10_000;
+/// Events sent at once; more wait their turn in the background.
+const EVENT_POSTS: usize = 8;
 /// How often paused Deployments are checked for the end of their pause period.
 const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
@@ -136,6 +138,7 @@ pub async fn run(
         store,
         metrics,
         recorder,
+        event_permits: Arc::new(Semaphore::new(EVENT_POSTS)),
         acted: HashMap::new(),
         overlay: HashMap::new(),
         reported: HashSet::new(),
@@ -210,6 +213,7 @@ struct Engine {
     store: Store,
     metrics: Metrics,
     recorder: Recorder,
+    event_permits: Arc<Semaphore>,
     /// The hash last acted on (or taken as baseline) per resource: the checkpoint's content.
     acted: HashMap<ResourceKey, ShortHash>,
     /// Workloads as our own writes left them, until the watch catches up.
@@ -293,12 +297,14 @@ impl Engine {
     }
 
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
-        let lost: Vec<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
+        let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
+        // Saved together, with one retry: after that, the next owner replays the recent changes
+        // (harmless). A shard not dirty has its checkpoint saved already.
+        let unsaved = |dirty: &BTreeSet<u32>| lost.intersection(dirty).copied().collect::<BTreeSet<u32>>();
+        if !self.save_shards(unsaved(&self.dirty)).await && !self.save_shards(unsaved(&self.dirty)).await {
+            warn!(shards = ?unsaved(&self.dirty), "letting go of shards with an unsaved checkpoint");
+        }
         for shard in lost {
-            // One retry: after that, the next owner replays the recent changes (harmless).
-            if !self.save(shard).await && !self.save(shard).await {
-                warn!(shard, "letting go of a shard with an unsaved checkpoint");
-            }
             self.checkpoints.remove(&shard);
             self.dirty.remove(&shard);
             let keys: Vec<ResourceKey> = self.acted.keys().filter(|k| self.shard_of(k) == shard).cloned().collect();
@@ -308,7 +314,7 @@ impl Engine {
             }
             let ring = self.config.ring.clone();
             self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
-            info!(shard, "shard let go; checkpoint saved");
+            info!(shard, "shard let go");
         }
         for &shard in wanted {
             if self.checkpoints.contains_key(&shard) {
@@ -350,27 +356,30 @@ impl Engine {
         self.acted.iter().filter(|(k, _)| self.shard_of(k) == shard).map(|(k, v)| (k.clone(), *v)).collect()
     }
 
-    async fn save(&mut self, shard: u32) -> bool {
-        let entries = self.entries(shard);
-        let Some(checkpoint) = self.checkpoints.get_mut(&shard) else { return true };
-        match checkpoint.save(&entries).await {
-            Ok(()) => {
-                self.dirty.remove(&shard);
-                true
-            }
-            Err(err) => {
-                self.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                warn!(shard, error = %err, "saving the checkpoint failed; retrying");
-                false
-            }
-        }
+    async fn save_dirty(&mut self) -> bool {
+        self.save_shards(self.dirty.clone()).await
     }
 
-    /// Save every dirty shard; false if any save failed.
-    async fn save_dirty(&mut self) -> bool {
+    /// Save the checkpoints of `shards`, all at once; false if any save failed.
+    async fn save_shards(&mut self, shards: BTreeSet<u32>) -> bool {
+        let mut entries: HashMap<u32, HashMap<ResourceKey, ShortHash>> =
+            shards.iter().map(|&shard| (shard, self.entries(shard))).collect();
+        let saves = self.checkpoints.iter_mut().filter_map(|(&shard, checkpoint)| {
+            let entries = entries.remove(&shard)?;
+            Some(async move { (shard, checkpoint.save(&entries).await) })
+        });
         let mut ok = true;
-        for shard in self.dirty.clone() {
-            ok &= self.save(shard).await;
+        for (shard, result) in futures::future::join_all(saves).await {
+            match result {
+                Ok(()) => {
+                    self.dirty.remove(&shard);
+                }
+                Err(err) => {
+                    ok = false;
+                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(shard, error = %err, "saving the checkpoint failed; retrying");
+                }
+            }
         }
         ok
     }
@@ -528,7 +537,7 @@ impl Engine {
     ) -> WriteResult {
         let verdict = self.rules.decide(key.kind, &key.name, state, &workload.annotations, &workload.template);
         if !verdict.problems.is_empty() {
-            self.report_problems(workload, &verdict.problems).await;
+            self.report_problems(workload, &verdict.problems);
         }
         let Some(mode) = verdict.mode else {
             self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc();
@@ -551,7 +560,7 @@ impl Engine {
         match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
             Ok(Some(pause)) => merge_patch(&mut patch, pause),
             Ok(None) => {}
-            Err(problem) => self.report_problems(workload, &[problem]).await,
+            Err(problem) => self.report_problems(workload, &[problem]),
         }
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         let kind = workload.key.kind.kind();
@@ -573,7 +582,7 @@ impl Engine {
                     kind,
                     workload.key.namespace
                 );
-                self.publish(workload, EventType::Normal, "Reloaded", note).await;
+                self.publish(workload, EventType::Normal, "Reloaded", note);
                 WriteResult::Written
             }
             Ok(None) => {
@@ -589,7 +598,7 @@ impl Engine {
                     "Update for '{}' of type '{}' in namespace '{}' failed with error {}",
                     workload.key.name, kind, workload.key.namespace, err
                 );
-                self.publish(workload, EventType::Warning, "ReloadFail", note).await;
+                self.publish(workload, EventType::Warning, "ReloadFail", note);
                 WriteResult::Failed
             }
         }
@@ -645,7 +654,7 @@ impl Engine {
         Ok(self.config.compactor.compact(&updated))
     }
 
-    async fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
+    fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
         if self.reported.len() > REPORTED_LIMIT {
             self.reported.clear();
         }
@@ -666,11 +675,13 @@ impl Engine {
                 "Annotation {} has an unusable value {:?}: {}; the value is ignored",
                 problem.annotation, problem.value, problem.reason
             );
-            self.publish(workload, EventType::Warning, "InvalidAnnotation", note).await;
+            self.publish(workload, EventType::Warning, "InvalidAnnotation", note);
         }
     }
 
-    async fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
+    /// Publish an Event in the background: the next change does not wait for it, and at most
+    /// `EVENT_POSTS` are sent at once (Events are best effort, as in Reloader).
+    fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
         let reference = ObjectReference {
             api_version: Some("apps/v1".to_string()),
             kind: Some(workload.key.kind.kind().to_string()),
@@ -687,13 +698,15 @@ impl Engine {
             action: "Reload".to_string(),
             secondary: None,
         };
-        match tokio::time::timeout(API_TIMEOUT, self.recorder.publish(&event, &reference)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                debug!(workload = %workload.key, error = %err, "publishing an Event failed")
+        let (recorder, permits, key) = (self.recorder.clone(), self.event_permits.clone(), workload.key.clone());
+        tokio::spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else { return };
+            match tokio::time::timeout(API_TIMEOUT, recorder.publish(&event, &reference)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => debug!(workload = %key, error = %err, "publishing an Event failed"),
+                Err(_) => debug!(workload = %key, "publishing an Event timed out"),
             }
-            Err(_) => debug!(workload = %workload.key, "publishing an Event timed out"),
-        }
+        });
     }
 }
 
