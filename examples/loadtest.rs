@@ -112,7 +112,7 @@ async fn handoff(controllers: &mut Vec<(Child, u16)>) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("SIGTERM handoff: the other replicas act on all 16 shards {:.0?} after the signal", started.elapsed());
+    println!("SIGTERM handoff: the other replicas act on all 16 shards {:.1?} after the signal", started.elapsed());
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     Ok(())
 }
