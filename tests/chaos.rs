@@ -176,6 +176,15 @@ async fn kills_and_restarts_lose_no_update_and_roll_nothing_twice() {
         let (samples, violations) = sampling.await.expect("sampler");
         println!("{samples} ownership samples");
         assert!(violations.is_empty(), "shards active on two live replicas at once: {violations:?}");
+        // Once the churn stops, every shard is active on exactly one replica.
+        wait_for("every shard active on one replica", || async {
+            let mut active = 0.0;
+            for c in live.lock().await.iter() {
+                active += c.metric("reloader_shards_active").await;
+            }
+            (active == 16.0).then_some(())
+        })
+        .await;
         let (mut expected, mut observed) = (0i64, 0i64);
         for ns in &namespaces {
             let rolled = generation(&client, ns, Kind::Deployment, "web").await - initial[ns];
