@@ -96,6 +96,14 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         }
         let counted: usize = table.lines().skip(1).take(16).filter_map(|l| l.split_whitespace().last()?.parse::<usize>().ok()).sum();
         assert_eq!(counted, NAMESPACES, "every test namespace counted in its shard");
+        wait_for("every test namespace owned by exactly one replica", || async {
+            let mut owned = 0.0;
+            for c in [&a, &b, &c] {
+                owned += c.metric("reloader_namespaces_owned").await;
+            }
+            (owned == NAMESPACES as f64).then_some(())
+        })
+        .await;
         let steady = update_all(&client, &namespaces, "1").await;
 
         // Graceful stop: its shards move and the next change is served once.

@@ -11,6 +11,8 @@ pub struct Metrics {
     pub watch_errors: IntCounter,
     /// `reloader_store_objects{kind="resources"|"workloads"}`: what this replica holds.
     pub store_objects: IntGaugeVec,
+    /// `reloader_namespaces_owned`: namespaces of owned shards with objects this replica watches.
+    pub namespaces_owned: IntGauge,
     /// `reloader_watch_streams`: watches running now (each holds a connection to the API server).
     pub streams: IntGauge,
     /// `reloader_watch_streams_started_total`: watches started, each with a full list.
@@ -31,6 +33,10 @@ impl Metrics {
             IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff")?;
         let store_objects =
             IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"])?;
+        let namespaces_owned = IntGauge::new(
+            "reloader_namespaces_owned",
+            "Namespaces of shards held here that have ConfigMaps, Secrets or workloads",
+        )?;
         let streams =
             IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server")?;
         let streams_started =
@@ -38,8 +44,9 @@ impl Metrics {
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(store_objects.clone()))?;
+        registry.register(Box::new(namespaces_owned.clone()))?;
         registry.register(Box::new(streams.clone()))?;
         registry.register(Box::new(streams_started.clone()))?;
-        Ok(Metrics { events_received, watch_errors, store_objects, streams, streams_started })
+        Ok(Metrics { events_received, watch_errors, store_objects, namespaces_owned, streams, streams_started })
     }
 }

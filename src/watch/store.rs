@@ -22,6 +22,22 @@ struct Inner {
     workloads: HashMap<WorkloadKey, Arc<Workload>>,
     refs: HashMap<ResourceKey, BTreeSet<WorkloadKey>>,
     explicit: HashMap<Arc<str>, BTreeSet<WorkloadKey>>,
+    /// Stored objects (resources and workloads) per namespace; a namespace is here while it
+    /// has at least one.
+    per_namespace: HashMap<Arc<str>, usize>,
+}
+
+impl Inner {
+    fn count(&mut self, namespace: &Arc<str>, added: bool) {
+        if added {
+            *self.per_namespace.entry(namespace.clone()).or_default() += 1;
+        } else if let Some(n) = self.per_namespace.get_mut(namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_namespace.remove(namespace);
+            }
+        }
+    }
 }
 
 /// A read handle on the store. Cheap to clone.
@@ -80,13 +96,12 @@ impl Store {
 
     /// Every namespace with a stored object.
     pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
-        let inner = self.read();
-        inner
-            .resources
-            .keys()
-            .map(|k| k.namespace.clone())
-            .chain(inner.workloads.keys().map(|k| k.namespace.clone()))
-            .collect()
+        self.read().per_namespace.keys().cloned().collect()
+    }
+
+    /// How many namespaces have stored objects.
+    pub fn namespace_count(&self) -> usize {
+        self.read().per_namespace.len()
     }
 
     /// Numbers of stored resources and workloads.
@@ -112,11 +127,22 @@ impl Writer {
 
     /// Store a resource's state; returns the state it replaces.
     pub fn apply_resource(&self, key: ResourceKey, state: ResourceState) -> Option<ResourceState> {
-        self.write().resources.insert(key, state)
+        let mut inner = self.write();
+        let namespace = key.namespace.clone();
+        let previous = inner.resources.insert(key, state);
+        if previous.is_none() {
+            inner.count(&namespace, true);
+        }
+        previous
     }
 
     pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
-        self.write().resources.remove(key)
+        let mut inner = self.write();
+        let gone = inner.resources.remove(key);
+        if gone.is_some() {
+            inner.count(&key.namespace, false);
+        }
+        gone
     }
 
     /// Keys of stored resources of `kind`, optionally only in one namespace.
@@ -139,8 +165,9 @@ impl Writer {
             .any(|k| workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k));
         let mut inner = self.write();
         let key = workload.key.clone();
-        if let Some(old) = inner.workloads.insert(key.clone(), workload.clone()) {
-            unindex(&mut inner, &old);
+        match inner.workloads.insert(key.clone(), workload.clone()) {
+            Some(old) => unindex(&mut inner, &old),
+            None => inner.count(&key.namespace, true),
         }
         for (kind, name) in workload.template.references() {
             let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: Arc::from(name.as_str()) };
@@ -155,20 +182,11 @@ impl Writer {
         let mut inner = self.write();
         if let Some(old) = inner.workloads.remove(key) {
             unindex(&mut inner, &old);
+            inner.count(&key.namespace, false);
         }
     }
 
     /// Every namespace with a stored object.
-    pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
-        let inner = self.store.read();
-        inner
-            .resources
-            .keys()
-            .map(|k| k.namespace.clone())
-            .chain(inner.workloads.keys().map(|k| k.namespace.clone()))
-            .collect()
-    }
-
     /// Drop everything stored for a namespace (it left this replica's scope).
     pub fn forget_namespace(&self, namespace: &str) {
         let mut inner = self.write();
@@ -176,6 +194,7 @@ impl Writer {
         inner.workloads.retain(|k, _| &*k.namespace != namespace);
         inner.refs.retain(|k, _| &*k.namespace != namespace);
         inner.explicit.remove(namespace);
+        inner.per_namespace.remove(namespace);
     }
 }
 
@@ -273,5 +292,25 @@ mod tests {
         writer.forget_namespace("a");
         assert_eq!(store.len(), (1, 0));
         assert!(store.resource(&cm("b", "cm")).is_some());
+        assert_eq!(store.namespaces().into_iter().collect::<Vec<_>>(), vec![Arc::from("b")]);
+    }
+
+    #[test]
+    fn a_namespace_counts_while_it_has_a_stored_object() {
+        let (store, writer) = Store::new(vec![]);
+        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false };
+        writer.apply_resource(cm("a", "cm"), state.clone());
+        writer.apply_resource(cm("a", "cm"), state.clone()); // an update is not a second object
+        writer.apply_workload(workload("a", "w", &["cm"], &[]));
+        writer.apply_workload(workload("a", "w", &["cm"], &[]));
+        writer.apply_resource(cm("b", "cm"), state);
+        assert_eq!(store.namespace_count(), 2);
+        writer.delete_resource(&cm("a", "cm"));
+        assert_eq!(store.namespace_count(), 2, "a still has its workload");
+        writer.delete_workload(&workload("a", "w", &[], &[]).key);
+        writer.delete_workload(&workload("a", "w", &[], &[]).key); // a second delete changes nothing
+        assert_eq!(store.namespace_count(), 1);
+        writer.delete_resource(&cm("b", "cm"));
+        assert_eq!(store.namespace_count(), 0);
     }
 }

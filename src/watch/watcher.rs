@@ -314,6 +314,7 @@ impl WatchTask {
         let (resources, workloads) = self.writer.store().len();
         self.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
         self.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
+        self.metrics.namespaces_owned.set(self.writer.store().namespace_count() as i64);
         if self.streams.values().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
             self.all_synced = true;
             self.synced_for = Some(self.owned.clone());
