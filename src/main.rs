@@ -182,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
             lease_duration: leader_election_lease_duration,
             renew_deadline: leader_election_renew_deadline,
             retry_period: leader_election_retry_period,
+            ring: ring.fingerprint(),
         };
         let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
         let (mut ownership, task) =

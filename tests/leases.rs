@@ -37,6 +37,7 @@ fn config(ns: &str, identity: &str) -> lease::Config {
         lease_duration: Duration::from_secs(4),
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_millis(500),
+        ring: format!("shards={SHARDS}"),
     }
 }
 
@@ -157,6 +158,49 @@ async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let
             assert!(*withdrawn < released, "shard {shard}'s Lease was released before a stopped acting on it");
         }
         for r in [a, b, c] {
+            r.stop.cancel();
+            r.task.await.expect("lease task").expect("clean release");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn replicas_of_different_rings_never_hold_shards_at_once() {
+    with_temp_ns("leases-rings", |client, ns| async move {
+        let start_ring = |identity: &str, shards: u32| {
+            let stop = CancellationToken::new();
+            let config = lease::Config { shards, ring: format!("shards={shards}"), ..config(&ns, identity) };
+            let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
+            let (ownership, task) = lease::spawn(client.clone(), config, None, metrics, stop.clone());
+            Replica { ownership, task, stop }
+        };
+        // An old fleet of 16 shards; a replica with 32 (a rolling update changing --shards)
+        // sorts after it and waits.
+        let old = start_ring("replica-old", 16);
+        wait_for("the old replica to hold its 16 shards", || async { (held(&old).len() == 16).then_some(()) }).await;
+        let new = start_ring("replica-new", 32);
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            assert!(held(&new).is_empty(), "a replica of another ring took shards while the old one was live");
+            assert_eq!(held(&old).len(), 16);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        old.stop.cancel();
+        old.task.await.expect("lease task").expect("clean release");
+        wait_for("the new replica to take all 32", || async { (held(&new).len() == 32).then_some(()) }).await;
+
+        // A replica of a ring that sorts first appears: the other gives everything back first.
+        let first = start_ring("replica-first", 16);
+        let mut samples = 0;
+        while held(&first).len() != 16 {
+            assert!(held(&first).is_empty() || held(&new).is_empty(), "two rings held shards at once");
+            samples += 1;
+            assert!(samples < 300, "the first ring did not get its shards within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(held(&new).is_empty());
+        for r in [new, first] {
             r.stop.cancel();
             r.task.await.expect("lease task").expect("clean release");
         }

@@ -18,6 +18,12 @@
 //! - Every write carries the resourceVersion last observed; a conflict means someone else
 //!   wrote first, and the next round decides again from a fresh LIST.
 //!
+//! - Replicas that place namespaces differently (another shard count or ring version, as during
+//!   a rolling update that changes `--shards`) never act at once: each Lease records its
+//!   writer's ring, and while a live Lease of a ring that sorts first exists, a replica of
+//!   another ring gives its shards back and takes none (Leases written before rings were
+//!   recorded sort first, so an upgraded fleet waits for the old replicas to go).
+//!
 //! # Assumptions
 //! Clocks may be skewed but advance at similar rates; a write that hangs past the API timeout
 //! is abandoned (and counts as failed).
@@ -42,6 +48,8 @@ use crate::lease::assignment::assign;
 pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
 /// Label telling shard Leases (`shard`) from membership Leases (`member`).
 pub const ROLE_LABEL: &str = "reloader-fleet.stakater.com/role";
+/// Annotation on every Lease of a fleet: the writer's ring fingerprint.
+pub const RING_ANNOTATION: &str = "reloader-fleet.stakater.com/ring";
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the fleet's Leases are looked at (renewals still wait for the retry period).
 const OBSERVE_PERIOD: Duration = Duration::from_millis(500);
@@ -96,6 +104,9 @@ pub struct Config {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// The ring's fingerprint (`Ring::fingerprint`): replicas share shards only with replicas
+    /// of the same ring.
+    pub ring: String,
 }
 
 impl Config {
@@ -178,6 +189,11 @@ impl Observed {
     fn resource_version(&self) -> Option<String> {
         self.lease.metadata.resource_version.clone()
     }
+
+    /// The writer's ring; empty for Leases written before rings were recorded.
+    fn ring(&self) -> &str {
+        self.lease.metadata.annotations.as_ref().and_then(|a| a.get(RING_ANNOTATION)).map_or("", String::as_str)
+    }
 }
 
 /// Start the lease task. It runs until `shutdown`, then stops acting, releases its Leases
@@ -208,6 +224,7 @@ pub fn spawn(
         metrics,
         adopted: HashMap::new(),
         member_renewed: None,
+        yielding_to: None,
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -227,6 +244,8 @@ struct Manager {
     adopted: HashMap<String, Observed>,
     /// When the membership Lease was last renewed.
     member_renewed: Option<Instant>,
+    /// The other ring this replica currently gives way to, if any.
+    yielding_to: Option<String>,
 }
 
 impl Manager {
@@ -290,12 +309,26 @@ impl Manager {
             })
             .collect();
         let holder_refs: Vec<Option<&str>> = holders.iter().map(Option::as_deref).collect();
-        let desired: BTreeSet<u32> = assign(self.config.shards, &members, &holder_refs)
-            .into_iter()
-            .enumerate()
-            .filter(|(_, m)| members[*m] == self.config.identity)
-            .map(|(shard, _)| shard as u32)
-            .collect();
+        let yield_to = self.ring_to_yield_to(now);
+        if yield_to != self.yielding_to {
+            match &yield_to {
+                Some(ring) => warn!(
+                    theirs = %ring, ours = %self.config.ring,
+                    "a live replica places namespaces differently; giving shards back and taking none until it is gone"
+                ),
+                None => info!(ring = %self.config.ring, "no replica of another ring is live; taking shards"),
+            }
+            self.yielding_to = yield_to.clone();
+        }
+        let desired: BTreeSet<u32> = match yield_to {
+            Some(_) => BTreeSet::new(),
+            None => assign(self.config.shards, &members, &holder_refs)
+                .into_iter()
+                .enumerate()
+                .filter(|(_, m)| members[*m] == self.config.identity)
+                .map(|(shard, _)| shard as u32)
+                .collect(),
+        };
         for shard in 0..self.config.shards {
             let name = self.config.shard_lease_name(shard);
             let observed = self.observed.get(&name).cloned();
@@ -386,12 +419,28 @@ impl Manager {
         Ok(())
     }
 
+    /// The ring this replica must give way to: that of a live Lease held by another replica
+    /// whose ring differs from ours and sorts first. Unlabelled Leases (Reloader's own lock)
+    /// are not fleet members and are waited for by expiry instead.
+    fn ring_to_yield_to(&self, now: Instant) -> Option<String> {
+        self.observed
+            .iter()
+            .filter(|(name, _)| !self.adopted.contains_key(*name))
+            .map(|(_, o)| o)
+            .filter(|o| !o.holder().is_empty() && o.holder() != self.config.identity && !o.expired(now))
+            .map(Observed::ring)
+            .filter(|ring| *ring < self.config.ring.as_str())
+            .min()
+            .map(str::to_string)
+    }
+
     /// Members whose membership Lease changed within its duration, plus this replica.
     fn live_members(&self, now: Instant) -> Vec<String> {
         let mut members: BTreeSet<String> = self
             .observed
             .values()
             .filter(|o| is_role(&o.lease, "member") && !o.holder().is_empty() && !o.expired(now))
+            .filter(|o| o.ring() == self.config.ring)
             .map(|o| o.holder().to_string())
             .collect();
         members.insert(self.config.identity.clone());
@@ -492,6 +541,7 @@ impl Manager {
                 name: Some(name.to_string()),
                 namespace: Some(self.config.namespace.clone()),
                 resource_version: observed.and_then(Observed::resource_version),
+                annotations: Some(BTreeMap::from([(RING_ANNOTATION.to_string(), self.config.ring.clone())])),
                 labels: Some(BTreeMap::from([
                     (FLEET_LABEL.to_string(), self.config.prefix.clone()),
                     (ROLE_LABEL.to_string(), role.to_string()),

@@ -102,6 +102,11 @@ impl Ring {
         Ok(Ring { shards, ring })
     }
 
+    /// What two replicas must agree on to share shards: the shard count and the placement.
+    pub fn fingerprint(&self) -> String {
+        format!("shards={},vnodes={VNODES},{ALGORITHM}", self.shards())
+    }
+
     pub fn shards(&self) -> u32 {
         self.shards
     }
