@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::{Api, Client};
-use reloader_fleet::lease::{FLEET_LABEL, ROLE_LABEL};
+use reloader_fleet::lease::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
 use reloader_fleet::shard::{NamespaceFilter, Ring};
 
 /// Print the fleet's shards as a table on stdout.
@@ -63,10 +63,17 @@ pub async fn print(
             per_shard.get(&shard).copied().unwrap_or(0)
         );
     }
+    // A member of another ring (another --shards, mid rolling update) holds nothing while
+    // the ring sorting first is live: show it.
+    let ring_of = |lease: &Lease| {
+        lease.metadata.annotations.as_ref().and_then(|a| a.get(RING_ANNOTATION)).cloned().unwrap_or_else(|| "-".into())
+    };
     println!();
-    println!("{:<39} {:>10}", "MEMBER", "RENEWED");
+    println!("{:<39} {:>10}  RING", "MEMBER", "RENEWED");
     for lease in list.items.iter().filter(|l| role(l) == "member") {
-        println!("{:<39} {:>10}", holder(lease), age(lease));
+        let ring_text = ring_of(lease);
+        let mark = if ring_text == ring.fingerprint() { "" } else { "  (differs from this command's)" };
+        println!("{:<39} {:>10}  {ring_text}{mark}", holder(lease), age(lease));
     }
     Ok(())
 }

@@ -96,6 +96,9 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         }
         let counted: usize = table.lines().skip(1).take(16).filter_map(|l| l.split_whitespace().last()?.parse::<usize>().ok()).sum();
         assert_eq!(counted, NAMESPACES, "every test namespace counted in its shard");
+        let members: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("MEMBER")).skip(1).collect();
+        assert_eq!(members.len(), 3, "a line per member: {table}");
+        assert!(members.iter().all(|l| l.ends_with("shards=16,vnodes=512,hashring-xxh3-64-v1")), "{table}");
         wait_for("every test namespace owned by exactly one replica", || async {
             let mut owned = 0.0;
             for c in [&a, &b, &c] {

@@ -10,4 +10,6 @@ mod assignment;
 mod manager;
 
 pub use assignment::assign;
-pub use manager::{Config, Error, FLEET_LABEL, Metrics, Ownership, ROLE_LABEL, ShardState, ShardStatus, spawn};
+pub use manager::{
+    Config, Error, FLEET_LABEL, Metrics, Ownership, RING_ANNOTATION, ROLE_LABEL, ShardState, ShardStatus, spawn,
+};
