@@ -42,6 +42,8 @@ const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Reported bad annotations remembered at most (then reported again once).
 const REPORTED_LIMIT: usize = 10_000;
+/// Checkpoints saved at once.
+const CHECKPOINT_SAVES: usize = 4;
 /// Events sent at once; more wait their turn in the background.
 const EVENT_POSTS: usize = 8;
 /// How often paused Deployments are checked for the end of their pause period.
@@ -360,7 +362,7 @@ impl Engine {
         self.save_shards(self.dirty.clone()).await
     }
 
-    /// Save the checkpoints of `shards`, all at once; false if any save failed.
+    /// Save the checkpoints of `shards`, a few at once; false if any save failed.
     async fn save_shards(&mut self, shards: BTreeSet<u32>) -> bool {
         let mut entries: HashMap<u32, HashMap<ResourceKey, ShortHash>> =
             shards.iter().map(|&shard| (shard, self.entries(shard))).collect();
@@ -369,7 +371,15 @@ impl Engine {
             Some(async move { (shard, checkpoint.save(&entries).await) })
         });
         let mut ok = true;
-        for (shard, result) in futures::future::join_all(saves).await {
+        // A few at once: each concurrent request is a connection of its own (HTTP/1.1).
+        let mut pending: Vec<_> = saves.collect();
+        let mut results = Vec::with_capacity(pending.len());
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(CHECKPOINT_SAVES));
+            results.extend(futures::future::join_all(pending).await);
+            pending = rest;
+        }
+        for (shard, result) in results {
             match result {
                 Ok(()) => {
                     self.dirty.remove(&shard);
