@@ -274,6 +274,11 @@ impl Engine {
             }
         }
         work.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        for (change, _) in &work {
+            let key = &change.key;
+            debug!(shard, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
+                checkpoint = ?self.acted.get(key), store = ?change.observed, "changed since the checkpoint");
+        }
         work
     }
 
