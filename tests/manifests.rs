@@ -18,6 +18,7 @@ use support::{kubeconfig_path, with_temp_ns};
 
 const MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader.yaml");
 const NAMESPACED_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-namespaced.yaml");
+const FLEET_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-fleet.yaml");
 
 fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObject> {
     let types = object.types.as_ref().expect("every document has apiVersion and kind");
@@ -30,8 +31,9 @@ fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObje
 }
 
 /// Apply a manifest into `ns` (cluster-scoped names get `ns` as suffix; the Deployment is a
-/// server-side dry run), then write a kubeconfig with the ServiceAccount's token. Returns the
-/// kubeconfig and the cluster-scoped objects to delete afterwards.
+/// server-side dry run), create ConfigMap `cm` (`k=1`) and an auto Deployment `web` using it,
+/// then write a kubeconfig with the ServiceAccount's token. Returns the kubeconfig and the
+/// cluster-scoped objects to delete afterwards.
 async fn apply_and_login(
     client: &Client,
     ns: &str,
@@ -78,6 +80,8 @@ async fn apply_and_login(
         "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
         "current-context": "local"
     });
+    create_configmap(client, ns, "cm", &[("k", "1")]).await;
+    Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
     let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}.kubeconfig"));
     std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
     (path, cluster_scoped)
@@ -87,18 +91,11 @@ async fn apply_and_login(
 async fn the_manifest_applies_and_its_rbac_is_enough_to_reload() {
     with_temp_ns("manifests", |client, ns| async move {
         let (path, cluster_scoped) = apply_and_login(&client, &ns, MANIFEST).await;
-        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
-        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
         // Cluster-wide, as the manifest deploys it, but selecting only this test's namespace.
         let selector = format!("--namespace-selector={}=manifests", support::TEST_LABEL);
         let controller = Controller::start_with_kubeconfig(&ns, &ns, &[selector.as_str()], &path).await;
         wait_stored(&controller, 1).await;
-        patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
-        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
-        let forbidden = controller.metric("reloader_watch_errors_total").await;
-        assert_eq!(forbidden, 0.0, "no watch may be forbidden with the shipped RBAC");
-        controller.stop().await;
+        reloads_without_forbidden_calls(&client, &ns, vec![controller]).await;
         for (api, name) in cluster_scoped {
             let _ = api.delete(&name, &DeleteParams::default()).await;
         }
@@ -111,8 +108,6 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
     with_temp_ns("manifests-namespaced", |client, ns| async move {
         let (path, cluster_scoped) = apply_and_login(&client, &ns, NAMESPACED_MANIFEST).await;
         assert!(cluster_scoped.is_empty(), "the namespaced manifest has nothing cluster-scoped");
-        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
-        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
         let args = ["--enable-ha", "--shards=4"];
         let one = Controller::start_with_kubeconfig_env(
             &format!("{ns}-1"),
@@ -135,14 +130,53 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
                 .then_some(())
         })
         .await;
-        patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
-        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
-        for c in [&one, &two] {
-            assert_eq!(c.metric("reloader_watch_errors_total").await, 0.0, "no call may be forbidden");
+        reloads_without_forbidden_calls(&client, &ns, vec![one, two]).await;
+    })
+    .await;
+}
+
+/// Change ConfigMap `cm` (from `k=1` to `k=2`), wait for Deployment `web` to record it, check
+/// that no replica had a watch refused, then stop the replicas.
+async fn reloads_without_forbidden_calls(client: &Client, ns: &str, replicas: Vec<Controller>) {
+    patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
+    let ctx = Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+    ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+    for c in &replicas {
+        assert_eq!(c.metric("reloader_watch_errors_total").await, 0.0, "no watch may be forbidden by the RBAC");
+    }
+    for c in replicas {
+        c.stop().await;
+    }
+}
+
+/// The container arguments of the manifest's Deployment.
+fn deployment_args(manifest: &str) -> Vec<String> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(manifest).expect("the manifest is valid YAML");
+    let deployment = documents.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    args.as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_string)).collect()
+}
+
+#[tokio::test]
+async fn the_fleet_manifest_runs_replicas_that_share_the_shards_with_its_rbac() {
+    with_temp_ns("manifests-fleet", |client, ns| async move {
+        let (path, cluster_scoped) = apply_and_login(&client, &ns, FLEET_MANIFEST).await;
+        // The Deployment's own arguments, plus a selector that keeps the test to its namespace.
+        let mut args = deployment_args(FLEET_MANIFEST);
+        assert!(args.iter().any(|a| a == "--enable-ha"), "the fleet manifest runs with Leases: {args:?}");
+        args.push(format!("--namespace-selector={}=manifests-fleet", support::TEST_LABEL));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let one = Controller::start_with_kubeconfig(&format!("{ns}-1"), &ns, &args, &path).await;
+        let two = Controller::start_with_kubeconfig(&format!("{ns}-2"), &ns, &args, &path).await;
+        support::wait_for("the two replicas to share the 16 shards", || async {
+            let (a, b) = (one.metric("reloader_shards_active").await, two.metric("reloader_shards_active").await);
+            (a == 8.0 && b == 8.0).then_some(())
+        })
+        .await;
+        reloads_without_forbidden_calls(&client, &ns, vec![one, two]).await;
+        for (api, name) in cluster_scoped {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
         }
-        one.stop().await;
-        two.stop().await;
     })
     .await;
 }
