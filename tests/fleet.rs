@@ -66,6 +66,7 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
             for ctl in [&a, &b, &c] {
                 let body: serde_json::Value = serde_json::from_str(&ctl.get("/shards").await).expect("/shards is JSON");
                 assert_eq!(body["ring"]["shards"], 16);
+                assert!(body.get("yielding_to").is_some_and(serde_json::Value::is_null), "one ring: {body}");
                 for shard in body["shards"].as_array().expect("shards") {
                     if shard["held_here"] == true {
                         let id = shard["id"].as_u64().expect("id") as usize;

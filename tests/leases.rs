@@ -183,12 +183,17 @@ async fn replicas_of_different_rings_never_hold_shards_at_once() {
         let until = Instant::now() + Duration::from_secs(2);
         while Instant::now() < until {
             assert!(held(&new).is_empty(), "a replica of another ring took shards while the old one was live");
+            if let Some(ring) = new.ownership.borrow().yielding_to.clone() {
+                assert_eq!(ring, "shards=16", "it says whom it waits for");
+            }
             assert_eq!(held(&old).len(), 16);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        assert_eq!(new.ownership.borrow().yielding_to.as_deref(), Some("shards=16"));
         old.stop.cancel();
         old.task.await.expect("lease task").expect("clean release");
         wait_for("the new replica to take all 32", || async { (held(&new).len() == 32).then_some(()) }).await;
+        assert_eq!(new.ownership.borrow().yielding_to, None);
 
         // A replica of a ring that sorts first appears: the other gives everything back first.
         let first = start_ring("replica-first", 16);

@@ -38,6 +38,9 @@ pub struct FleetView {
 struct ShardsBody {
     identity: String,
     ring: RingBody,
+    /// The ring fingerprint of a live replica this one gives way to (another `--shards`,
+    /// mid rolling update); this replica then holds nothing.
+    yielding_to: Option<String>,
     shards: Vec<ShardBody>,
 }
 
@@ -90,6 +93,7 @@ pub(crate) async fn shards(State(state): State<AdminState>) -> Json<serde_json::
     let body = ShardsBody {
         identity: fleet.identity.clone(),
         ring: RingBody { shards: fleet.ring.shards(), virtual_nodes: VNODES, algorithm: ALGORITHM },
+        yielding_to: ownership.as_ref().and_then(|o| o.yielding_to.clone()),
         shards,
     };
     Json(serde_json::to_value(body).unwrap_or_default())

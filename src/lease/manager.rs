@@ -156,6 +156,8 @@ pub struct Ownership {
     pub shards: Vec<ShardStatus>,
     /// Live members, sorted, this replica included.
     pub members: Vec<String>,
+    /// The ring of a live replica this one gives way to (it then holds nothing).
+    pub yielding_to: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -275,7 +277,9 @@ impl Manager {
             self.metrics.losses.inc_by(lost as u64);
             self.metrics.shards_held.set(ownership.held.len() as i64);
             tx.send_if_modified(|current| {
-                let changed = current.held != ownership.held || current.members != ownership.members;
+                let changed = current.held != ownership.held
+                    || current.members != ownership.members
+                    || current.yielding_to != ownership.yielding_to;
                 *current = ownership;
                 changed
             });
@@ -604,7 +608,7 @@ impl Manager {
                 observed.map(|o| now.saturating_duration_since(o.changed_at).as_secs()).unwrap_or(0);
             shards.push(ShardStatus { shard, holder, state, observed_age_secs });
         }
-        Ownership { held, shards, members: self.live_members(now) }
+        Ownership { held, shards, members: self.live_members(now), yielding_to: self.yielding_to.clone() }
     }
 }
 
