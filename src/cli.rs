@@ -151,6 +151,10 @@ pub struct Args {
     /// Address of the metrics and admin server (Reloader serves it on :9090).
     #[arg(long, env = "METRICS_ADDR", default_value = ":9090", value_parser = parse_addr)]
     pub metrics_addr: SocketAddr,
+    /// Also count reloads per namespace (`reloader_reload_executed_total_by_namespace`), as
+    /// `METRICS_COUNT_BY_NAMESPACE=enabled` does.
+    #[arg(long, value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub metrics_count_by_namespace: bool,
     /// Accepted for compatibility with v2; health is served on the metrics address too.
     #[arg(long, env = "HEALTH_ADDR", default_value = ":8080")]
     pub health_addr: String,

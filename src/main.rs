@@ -69,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         leader_election_retry_period,
         leader_election_release_on_cancel: _,
         metrics_addr,
+        metrics_count_by_namespace,
         health_addr: _,
         alert_on_reload,
         alert_webhook_url,
@@ -122,7 +123,8 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
-    let by_namespace = std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
+    let by_namespace =
+        metrics_count_by_namespace || std::env::var("METRICS_COUNT_BY_NAMESPACE").is_ok_and(|v| v == "enabled");
     let reload_metrics =
         reload::Metrics::register(&state.registry, by_namespace).context("registering reload metrics")?;
 

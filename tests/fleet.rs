@@ -13,8 +13,8 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
 use support::controller::{
-    Controller, start_fleet_replica as start, start_fleet_replica_scoped as start_scoped,
-    start_fleet_replica_via as start_via,
+    Controller, start_fleet_replica as start, start_fleet_replica_via as start_via,
+    start_fleet_replica_with as start_with,
 };
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
@@ -239,8 +239,8 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
         let (_, namespaces) = served_namespaces(&client, &home).await;
         let scope = format!("--namespaces={}", namespaces.join(","));
         let kubeconfig = support::kubeconfig_path();
-        let a = start_scoped(&home, &format!("{home}-a"), &scope, &kubeconfig).await;
-        let b = start_scoped(&home, &format!("{home}-b"), &scope, &kubeconfig).await;
+        let a = start_with(&home, &format!("{home}-a"), &[&scope], &kubeconfig).await;
+        let b = start_with(&home, &format!("{home}-b"), &[&scope], &kubeconfig).await;
         wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
         // One watch per kind (ConfigMap, Secret, Deployment, DaemonSet, StatefulSet) and owned
         // namespace: together the two replicas watch each namespace once.
@@ -313,6 +313,35 @@ async fn enable_ha_with_one_shard_is_reloaders_ha_one_active_replica_on_reloader
         .await;
         update_all(&client, &namespaces, "2").await;
         follower.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn per_namespace_reload_counts_sum_across_replicas_to_one_per_change() {
+    with_temp_ns("fleet-counts", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        let selector = format!("--namespace-selector={label}");
+        let args = [selector.as_str(), "--metrics-count-by-namespace"];
+        let kubeconfig = support::kubeconfig_path();
+        let a = start_with(&home, &format!("{home}-a"), &args, &kubeconfig).await;
+        let b = start_with(&home, &format!("{home}-b"), &args, &kubeconfig).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        update_all(&client, &namespaces, "1").await;
+        // What Grafana does: sum the series of every replica by namespace. Each namespace was
+        // reloaded once, by the one replica that owns it; the other has no series for it.
+        for ns in &namespaces {
+            let series = format!("reloader_reload_executed_total_by_namespace{{namespace=\"{ns}\",success=\"true\"}}");
+            let (on_a, on_b) = (a.metric(&series).await, b.metric(&series).await);
+            assert_eq!(on_a + on_b, 1.0, "{ns}: {on_a} on a, {on_b} on b");
+            let owner = if on_a == 1.0 { &a } else { &b };
+            let body: serde_json::Value =
+                serde_json::from_str(&owner.get(&format!("/namespaces/{ns}")).await).expect("/namespaces/{ns} is JSON");
+            assert_eq!(body["reloads"], 1, "{ns} as its owner reports it: {body}");
+        }
+        a.stop().await;
+        b.stop().await;
         delete_namespaces(&client, &namespaces).await;
     })
     .await;

@@ -131,26 +131,26 @@ pub async fn start_fleet_replica_via(
     selector: &str,
     kubeconfig: &std::path::Path,
 ) -> Controller {
-    start_fleet_replica_scoped(home, name, &format!("--namespace-selector={selector}"), kubeconfig).await
+    start_fleet_replica_with(home, name, &[&format!("--namespace-selector={selector}")], kubeconfig).await
 }
 
-/// A test fleet replica whose namespaces are chosen by `scope`, a `--namespace-selector=` or
-/// `--namespaces=` argument.
-pub async fn start_fleet_replica_scoped(
+/// A test fleet replica with `args` (which choose its namespaces: `--namespace-selector=` or
+/// `--namespaces=`, and anything else) on top of the fleet's shards and lease timings.
+pub async fn start_fleet_replica_with(
     home: &str,
     name: &str,
-    scope: &str,
+    args: &[&str],
     kubeconfig: &std::path::Path,
 ) -> Controller {
-    let args = [
-        scope,
+    let mut all = vec![
         "--shards=16",
         "--enable-ha",
         "--leader-election-lease-duration=4s",
         "--leader-election-renew-deadline=3s",
         "--leader-election-retry-period=500ms",
     ];
-    Controller::start_with_kubeconfig(name, home, &args, kubeconfig).await
+    all.extend_from_slice(args);
+    Controller::start_with_kubeconfig(name, home, &all, kubeconfig).await
 }
 
 fn free_port() -> u16 {
