@@ -42,25 +42,23 @@ fn config(ns: &str, identity: &str) -> lease::Config {
 }
 
 fn start(client: &Client, ns: &str, identity: &str) -> Replica {
-    start_with_engine(client, ns, identity, None)
+    spawn(client, config(ns, identity), None)
 }
 
 /// A replica whose engine reports, on `working`, the shards it is still acting on.
-fn start_with_engine(
-    client: &Client,
-    ns: &str,
-    identity: &str,
-    working: Option<watch::Receiver<BTreeSet<u32>>>,
-) -> Replica {
+fn spawn(client: &Client, config: lease::Config, working: Option<watch::Receiver<BTreeSet<u32>>>) -> Replica {
     let stop = CancellationToken::new();
-    let (ownership, task) = lease::spawn(
-        client.clone(),
-        config(ns, identity),
-        working,
-        lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry"),
-        stop.clone(),
-    );
+    let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
+    let (ownership, task) = lease::spawn(client.clone(), config, working, metrics, stop.clone());
     Replica { ownership, task, stop }
+}
+
+/// Stop replicas gracefully: each releases its Leases.
+async fn stop(replicas: impl IntoIterator<Item = Replica>) {
+    for r in replicas {
+        r.stop.cancel();
+        r.task.await.expect("lease task").expect("clean release");
+    }
 }
 
 fn held(replica: &Replica) -> BTreeSet<u32> {
@@ -106,10 +104,7 @@ async fn three_replicas_balance_sixteen_shards_and_never_share_one() {
         }
         println!("{samples} samples during churn, never shared");
         wait_for("16 shards balanced over 4 replicas", || async { settled(&[&a, &b, &c, &d]).then_some(()) }).await;
-        for r in [a, b, c, d] {
-            r.stop.cancel();
-            r.task.await.expect("lease task").expect("clean release");
-        }
+        stop([a, b, c, d]).await;
     })
     .await;
 }
@@ -118,7 +113,7 @@ async fn three_replicas_balance_sixteen_shards_and_never_share_one() {
 async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let_go() {
     with_temp_ns("leases-drain", |client, ns| async move {
         let (working_tx, working_rx) = watch::channel(BTreeSet::new());
-        let a = start_with_engine(&client, &ns, "replica-a", Some(working_rx));
+        let a = spawn(&client, config(&ns, "replica-a"), Some(working_rx));
         wait_for("a to hold every shard", || async { (held(&a).len() == SHARDS as usize).then_some(()) }).await;
         working_tx.send_replace(held(&a));
         let withdrawn_at = record_withdrawals(a.ownership.clone());
@@ -157,10 +152,7 @@ async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let
             let withdrawn = withdrawn.get(&shard).unwrap_or_else(|| panic!("shard {shard} released, never withdrawn"));
             assert!(*withdrawn < released, "shard {shard}'s Lease was released before a stopped acting on it");
         }
-        for r in [a, b, c] {
-            r.stop.cancel();
-            r.task.await.expect("lease task").expect("clean release");
-        }
+        stop([a, b, c]).await;
     })
     .await;
 }
@@ -169,11 +161,7 @@ async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let
 async fn replicas_of_different_rings_never_hold_shards_at_once() {
     with_temp_ns("leases-rings", |client, ns| async move {
         let start_ring = |identity: &str, shards: u32| {
-            let stop = CancellationToken::new();
-            let config = lease::Config { shards, ring: format!("shards={shards}"), ..config(&ns, identity) };
-            let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
-            let (ownership, task) = lease::spawn(client.clone(), config, None, metrics, stop.clone());
-            Replica { ownership, task, stop }
+            spawn(&client, lease::Config { shards, ring: format!("shards={shards}"), ..config(&ns, identity) }, None)
         };
         // An old fleet of 16 shards; a replica with 32 (a rolling update changing --shards)
         // sorts after it and waits.
@@ -190,8 +178,7 @@ async fn replicas_of_different_rings_never_hold_shards_at_once() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert_eq!(new.ownership.borrow().yielding_to.as_deref(), Some("shards=16"));
-        old.stop.cancel();
-        old.task.await.expect("lease task").expect("clean release");
+        stop([old]).await;
         wait_for("the new replica to take all 32", || async { (held(&new).len() == 32).then_some(()) }).await;
         assert_eq!(new.ownership.borrow().yielding_to, None);
 
@@ -205,10 +192,7 @@ async fn replicas_of_different_rings_never_hold_shards_at_once() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(held(&new).is_empty());
-        for r in [new, first] {
-            r.stop.cancel();
-            r.task.await.expect("lease task").expect("clean release");
-        }
+        stop([new, first]).await;
     })
     .await;
 }
@@ -271,8 +255,7 @@ async fn a_graceful_stop_hands_shards_over_quickly_and_a_crash_after_the_lease_e
 
         // Graceful: released Leases are taken within a few retry periods.
         let stopped = Instant::now();
-        c.stop.cancel();
-        c.task.await.expect("lease task").expect("clean release");
+        stop([c]).await;
         wait_for("a and b to cover every shard", || async { settled(&[&a, &b]).then_some(()) }).await;
         let graceful = stopped.elapsed();
 
@@ -283,8 +266,7 @@ async fn a_graceful_stop_hands_shards_over_quickly_and_a_crash_after_the_lease_e
         let crash = crashed.elapsed();
         println!("handoff after a graceful stop: {graceful:?}; after a crash: {crash:?} (lease 4 s, retry 0.5 s)");
         assert!(graceful < crash, "a graceful stop must hand over faster than waiting for expiry");
-        a.stop.cancel();
-        a.task.await.expect("lease task").expect("clean release");
+        stop([a]).await;
     })
     .await;
 }
@@ -322,9 +304,8 @@ async fn a_replica_cut_off_from_the_api_server_stops_acting_before_anyone_else_t
         let (fenced_at, taken_at) = (fenced_at.expect("the cut replica fenced itself"), taken_at.expect("a took over"));
         println!("fenced {:?} before the takeover", taken_at.saturating_duration_since(fenced_at));
         assert!(fenced_at < taken_at, "the cut replica must stop acting before its shards are taken");
-        a.stop.cancel();
         cut.task.abort();
-        a.task.await.expect("lease task").expect("clean release");
+        stop([a]).await;
     })
     .await;
 }
