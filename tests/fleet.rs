@@ -348,6 +348,65 @@ async fn per_namespace_reload_counts_sum_across_replicas_to_one_per_change() {
 }
 
 #[tokio::test]
+async fn a_namespace_labelled_in_or_out_joins_or_leaves_the_fleet_at_run_time() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    use reloader_fleet::shard::Ring;
+    with_temp_ns("fleet-labels", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        let (key, value) = label.split_once('=').expect("key=value");
+        // A namespace outside the selection, and a served one in the same shard: events of both
+        // reach the same replica in order, so a reload of the second shows the first was seen.
+        let ring = Ring::new(16).expect("16 shards");
+        let late = format!("{home}-late");
+        let barrier = (0..)
+            .map(|i| format!("{home}-barrier-{i}"))
+            .find(|name| ring.shard_of(name) == ring.shard_of(&late))
+            .expect("a name in the same shard");
+        let api: Api<Namespace> = Api::all(client.clone());
+        for (ns, labels) in [(&late, json!({})), (&barrier, json!({ key: value }))] {
+            let object: Namespace =
+                serde_json::from_value(json!({ "metadata": { "name": ns, "labels": labels } })).expect("namespace");
+            api.create(&PostParams::default(), &object).await.expect("create namespace");
+            create_configmap(&client, ns, "cm", &[("k", "0")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
+        }
+        let served = NAMESPACES as f64 + 1.0;
+        let a = start(&home, &format!("{home}-a"), &label).await;
+        let b = start(&home, &format!("{home}-b"), &label).await;
+        let owned =
+            || async { a.metric("reloader_namespaces_owned").await + b.metric("reloader_namespaces_owned").await };
+        wait_for("the served namespaces owned", || async { (owned().await == served).then_some(()) }).await;
+        let body: serde_json::Value = serde_json::from_str(&a.get(&format!("/namespaces/{late}")).await).expect("JSON");
+        assert_eq!(body["selected"], false, "{body}");
+
+        // Labelled in: it joins, and its next change is served once.
+        let labels = |v: serde_json::Value| json!({ "metadata": { "labels": { key: v } } });
+        api.patch(&late, &PatchParams::default(), &Patch::Merge(labels(json!(value)))).await.expect("label");
+        wait_for("the labelled namespace owned", || async { (owned().await == served + 1.0).then_some(()) }).await;
+        update_all(&client, std::slice::from_ref(&late), "1").await;
+
+        // Labelled out: it leaves, and a change is no longer served.
+        api.patch(&late, &PatchParams::default(), &Patch::Merge(labels(serde_json::Value::Null)))
+            .await
+            .expect("unlabel");
+        wait_for("the namespace to leave", || async { (owned().await == served).then_some(()) }).await;
+        let before = generation(&client, &late, Kind::Deployment, "web").await;
+        patch_configmap(&client, &late, "cm", json!({ "data": { "k": "2" } })).await;
+        update_all(&client, std::slice::from_ref(&barrier), "2").await;
+        assert_eq!(
+            generation(&client, &late, Kind::Deployment, "web").await,
+            before,
+            "a namespace out of the selection rolled"
+        );
+        a.stop().await;
+        b.stop().await;
+        delete_namespaces(&client, &[namespaces, vec![late, barrier]].concat()).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn handoff_times_with_default_lease_timings() {
     with_temp_ns("fleet-handoff", |client, home| async move {
         let label = format!("reloader-fleet.test/handoff={home}");
