@@ -185,6 +185,18 @@ async fn kills_and_restarts_lose_no_update_and_roll_nothing_twice() {
             (active == 16.0).then_some(())
         })
         .await;
+        // And the Leases say the same: each of the 16 names a live replica.
+        let mut identities = Vec::new();
+        for c in live.lock().await.iter() {
+            let body: serde_json::Value = serde_json::from_str(&c.get("/shards").await).expect("/shards is JSON");
+            identities.push(body["identity"].as_str().unwrap_or_default().to_string());
+        }
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), &home);
+        for shard in 0..16 {
+            let lease = leases.get(&format!("stakater-reloader-lock-shard-{shard}")).await.expect("shard Lease");
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            assert!(identities.contains(&holder), "shard {shard} held by {holder:?}, not a live replica");
+        }
         let (mut expected, mut observed) = (0i64, 0i64);
         for ns in &namespaces {
             let rolled = generation(&client, ns, Kind::Deployment, "web").await - initial[ns];
