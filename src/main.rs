@@ -67,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
         leader_election_lease_duration,
         leader_election_renew_deadline,
         leader_election_retry_period,
-        leader_election_release_on_cancel: _,
+        leader_election_release_on_cancel,
         metrics_addr,
         metrics_count_by_namespace,
         health_addr: _,
@@ -185,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
             renew_deadline: leader_election_renew_deadline,
             retry_period: leader_election_retry_period,
             ring: ring.fingerprint(),
+            release_on_cancel: leader_election_release_on_cancel,
         };
         let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
         let (mut ownership, task) =

@@ -38,6 +38,7 @@ fn config(ns: &str, identity: &str) -> lease::Config {
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_millis(500),
         ring: format!("shards={SHARDS}"),
+        release_on_cancel: true,
     }
 }
 
@@ -267,6 +268,30 @@ async fn a_graceful_stop_hands_shards_over_quickly_and_a_crash_after_the_lease_e
         println!("handoff after a graceful stop: {graceful:?}; after a crash: {crash:?} (lease 4 s, retry 0.5 s)");
         assert!(graceful < crash, "a graceful stop must hand over faster than waiting for expiry");
         stop([a]).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_release_on_cancel_a_stopped_replica_leaves_its_leases_to_expire() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("leases-keep", |client, ns| async move {
+        let keeper = spawn(&client, lease::Config { release_on_cancel: false, ..config(&ns, "replica-keeper") }, None);
+        wait_for("the keeper to hold every shard", || async { (held(&keeper).len() == 16).then_some(()) }).await;
+        let other = start(&client, &ns, "replica-other");
+        wait_for("two replicas sharing the shards", || async { settled(&[&keeper, &other]).then_some(()) }).await;
+        let theirs = held(&keeper);
+        stop([keeper]).await;
+        // Stopped, yet its Leases still name it: nobody may take them before they expire.
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        for shard in &theirs {
+            let lease = leases.get(&format!("fleet-shard-{shard}")).await.expect("shard Lease");
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            assert_eq!(holder, "replica-keeper", "shard {shard} was released");
+        }
+        wait_for("the other replica to take them once expired", || async { (held(&other).len() == 16).then_some(()) })
+            .await;
+        stop([other]).await;
     })
     .await;
 }

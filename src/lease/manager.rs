@@ -107,6 +107,9 @@ pub struct Config {
     /// The ring's fingerprint (`Ring::fingerprint`): replicas share shards only with replicas
     /// of the same ring.
     pub ring: String,
+    /// `--leader-election-release-on-cancel`: give the Leases back at shutdown (default), or
+    /// leave them to expire as client-go does when it is off.
+    pub release_on_cancel: bool,
 }
 
 impl Config {
@@ -293,6 +296,10 @@ impl Manager {
         if let Some(working) = self.working.as_mut() {
             let drained = working.wait_for(BTreeSet::is_empty);
             let _ = tokio::time::timeout(self.config.renew_deadline, drained).await;
+        }
+        if !self.config.release_on_cancel {
+            info!("leaving the Leases to expire (--leader-election-release-on-cancel=false)");
+            return Ok(());
         }
         self.release_all().await
     }
