@@ -198,6 +198,7 @@ async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result
             .args(&args)
             .env("POD_NAME", format!("lt-replica-{r}"))
             .env("POD_NAMESPACE", HOME)
+            .env("HEALTH_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))

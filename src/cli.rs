@@ -155,9 +155,10 @@ pub struct Args {
     /// `METRICS_COUNT_BY_NAMESPACE=enabled` does.
     #[arg(long, value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub metrics_count_by_namespace: bool,
-    /// Accepted for compatibility with v2; health is served on the metrics address too.
-    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080")]
-    pub health_addr: String,
+    /// Where `/healthz` and `/readyz` are also served, as Reloader v2 serves them (its chart's
+    /// probes use :8080); the metrics address answers them too.
+    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080", value_parser = parse_addr)]
+    pub health_addr: SocketAddr,
 
     #[arg(long, env = "ALERT_ON_RELOAD", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub alert_on_reload: bool,

@@ -70,7 +70,7 @@ async fn main() -> anyhow::Result<()> {
         leader_election_release_on_cancel,
         metrics_addr,
         metrics_count_by_namespace,
-        health_addr: _,
+        health_addr,
         alert_on_reload,
         alert_webhook_url,
         alert_sink: _,
@@ -219,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
             ready.store(true, Ordering::Release);
         }
     });
-    let mut admin_task = tokio::spawn(admin::serve(metrics_addr, state.clone(), shutdown.clone()));
+    let mut admin_task = tokio::spawn(admin::serve(metrics_addr, Some(health_addr), state.clone(), shutdown.clone()));
     let mut watch_task = tokio::spawn(
         watch::run(
             client.clone(),

@@ -232,3 +232,22 @@ async fn annotations_strategy_writes_reloaders_json() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn health_address_serves_reloader_v2s_probes_next_to_the_metrics_address() {
+    with_temp_ns("health-addr", |_client, ns| async move {
+        let port = support::controller::free_port();
+        let health = format!("--health-addr=127.0.0.1:{port}");
+        let scope = format!("--namespaces={ns}");
+        let controller = Controller::start(&ns, &ns, &[scope.as_str(), health.as_str()]).await;
+        // Reloader v2's chart probes :8080 /healthz and /readyz; v1's probe :9090 /live and /metrics.
+        for path in ["/healthz", "/readyz", "/live"] {
+            let answer = support::controller::http_get(&format!("http://127.0.0.1:{port}{path}")).await;
+            assert_eq!(answer.map(|(code, _)| code), Some(200), "{path} on the health address");
+        }
+        assert_eq!(controller.get("/live").await, "alive");
+        assert!(controller.metrics().await.contains("reloader_reload_executed_total"));
+        controller.stop().await;
+    })
+    .await;
+}

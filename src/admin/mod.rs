@@ -1,7 +1,8 @@
 //! The admin HTTP server: Prometheus metrics, liveness, readiness and the fleet views.
 //!
 //! Reloader serves everything on `:9090` (`/metrics`, `/live`), and v2 adds `/healthz` and
-//! `/readyz`; one server here answers all of them so that existing probes keep working.
+//! `/readyz` on `--health-addr` (`:8080`); both addresses answer the probes here, so the probes
+//! of either chart keep working.
 
 mod api_calls;
 mod fleet;

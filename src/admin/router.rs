@@ -52,13 +52,44 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// Serve the admin router on `addr` until `shutdown` is cancelled.
+/// Only the probes, for the health address.
+fn health_router(state: AdminState) -> Router {
+    Router::new()
+        .route("/live", get(|| async { "alive" }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// Serve the admin router on `addr`, and the probes on `health` when it is another address,
+/// until `shutdown` is cancelled. Both addresses are bound before anything is served.
 ///
 /// # Errors
-/// [`Error::Bind`] when the address cannot be bound, [`Error::Serve`] when serving fails.
-pub async fn serve(addr: SocketAddr, state: AdminState, shutdown: CancellationToken) -> Result<(), Error> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(Error::Serve)
+/// [`Error::Bind`] when an address cannot be bound, [`Error::Serve`] when serving fails.
+pub async fn serve(
+    addr: SocketAddr,
+    health: Option<SocketAddr>,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })
+    };
+    let admin = bind(addr).await?;
+    let health = match health {
+        Some(health) if health != addr => Some(bind(health).await?),
+        _ => None,
+    };
+    let serve_admin =
+        axum::serve(admin, router(state.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    match health {
+        None => serve_admin.await.map_err(Error::Serve),
+        Some(listener) => {
+            let serve_health =
+                axum::serve(listener, health_router(state)).with_graceful_shutdown(shutdown.cancelled_owned());
+            tokio::try_join!(serve_admin, serve_health).map(|_| ()).map_err(Error::Serve)
+        }
+    }
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {

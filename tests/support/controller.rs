@@ -53,6 +53,8 @@ impl Controller {
             .env("POD_NAMESPACE", home_namespace)
             .env("POD_NAME", name)
             .env("RUST_LOG", "info,reloader_fleet=debug,kube=warn")
+            // Tests run many controllers at once: no fixed health port (a test may set one).
+            .env("HEALTH_ADDR", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
@@ -153,7 +155,7 @@ pub async fn start_fleet_replica_with(
     Controller::start_with_kubeconfig(name, home, &all, kubeconfig).await
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -161,7 +163,8 @@ fn free_port() -> u16 {
 }
 
 /// A tiny HTTP/1.0 GET over loopback; `None` when nothing answers.
-async fn http_get(url: &str) -> Option<(u16, String)> {
+/// GET `url` (plain HTTP); the status code and body, or `None` when nothing answers.
+pub async fn http_get(url: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://")?;
     let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}")))?;
