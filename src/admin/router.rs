@@ -28,7 +28,7 @@ pub struct AdminState {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The admin address could not be bound (in use, or no permission). Retrying will not help.
-    #[error("cannot listen on admin address {addr}")]
+    #[error("cannot listen on {addr} (--metrics-addr or --health-addr)")]
     Bind {
         addr: SocketAddr,
         #[source]
