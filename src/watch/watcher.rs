@@ -148,6 +148,8 @@ pub async fn run(
         next_stream: 0,
         list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
         all_synced: false,
+        loading: HashSet::new(),
+        deferred: Vec::new(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
     };
@@ -196,6 +198,7 @@ pub async fn run(
                     }
                 }
                 task.publish_sync(&synced);
+                task.release_loaded().await?;
             }
         }
     }
@@ -220,6 +223,10 @@ struct WatchTask {
     list_permits: Arc<Semaphore>,
     /// Whether the first full list is done (later lists are diffed and sent as changes).
     all_synced: bool,
+    /// Namespaces that joined the selection while the watches relist to load them.
+    loading: HashSet<String>,
+    /// Changes in `loading` namespaces, held until they are loaded.
+    deferred: Vec<Change>,
     /// Shards owned now.
     owned: BTreeSet<u32>,
     /// Shards the store is complete for.
@@ -298,8 +305,14 @@ impl WatchTask {
         let selected =
             self.namespace_labels.get(name).is_some_and(|labels| self.config.filter.select(name, labels).is_selected());
         if selected {
-            self.selected.insert(name.to_string())
+            let joined = self.selected.insert(name.to_string());
+            if joined && self.all_synced {
+                self.loading.insert(name.to_string());
+            }
+            joined
         } else {
+            self.loading.remove(name);
+            self.deferred.retain(|c| &*c.key.namespace != name);
             if self.selected.remove(name) {
                 debug!(namespace = name, "namespace left the selection; forgetting its objects");
                 self.writer.forget_namespace(name);
@@ -557,10 +570,29 @@ impl WatchTask {
         })
     }
 
-    async fn send(&self, change: Change) -> Result<(), Error> {
+    async fn send(&mut self, change: Change) -> Result<(), Error> {
         let key = &change.key;
+        if self.loading.contains(&*key.namespace) {
+            debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed; held until the namespace is loaded");
+            self.deferred.push(change);
+            return Ok(());
+        }
         debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
         self.changes.send(change).await.map_err(|_| Error::EngineGone)
+    }
+
+    /// Once every watch has listed, the namespaces that joined are loaded: send the changes
+    /// held back for them (before that their workloads might not be stored yet, and a change
+    /// would find nothing to reload).
+    async fn release_loaded(&mut self) -> Result<(), Error> {
+        if self.loading.is_empty() || !self.streams.values().all(|s| s.synced_once) {
+            return Ok(());
+        }
+        self.loading.clear();
+        for change in std::mem::take(&mut self.deferred) {
+            self.send(change).await?;
+        }
+        Ok(())
     }
 }
 
