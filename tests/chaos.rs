@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec};
 use serde_json::json;
 use support::controller::{Controller, start_fleet_replica as start};
 use support::fixtures::{
-    Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret, secret_hash,
+    Kind, Workload, cm_hash, create_configmap, create_namespace, create_secret, generation, patch_configmap,
+    patch_secret, secret_hash,
 };
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};
@@ -60,10 +61,8 @@ async fn kills_and_restarts_lose_no_update_and_roll_nothing_twice() {
         let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{home}-{i}")).collect();
         let api: Api<Namespace> = Api::all(client.clone());
         for ns in &namespaces {
-            let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
-                "reloader-fleet.test/chaos": home, support::TEST_LABEL: "chaos" } } }))
-            .expect("namespace JSON");
-            api.create(&PostParams::default(), &object).await.expect("create namespace");
+            let labels = json!({ "reloader-fleet.test/chaos": home, support::TEST_LABEL: "chaos" });
+            create_namespace(&client, ns, labels).await;
             create_configmap(&client, ns, "cm", &[("v", "0")]).await;
             create_secret(&client, ns, "sec", &[("v", "0")]).await;
             Workload::new(Kind::Deployment, "web")

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
@@ -16,7 +16,7 @@ use support::controller::{
     Controller, start_fleet_replica as start, start_fleet_replica_via as start_via,
     start_fleet_replica_with as start_with,
 };
-use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, create_namespace, generation, patch_configmap};
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};
@@ -144,12 +144,8 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
 async fn served_namespaces(client: &kube::Client, home: &str) -> (String, Vec<String>) {
     let label = format!("reloader-fleet.test/fleet={home}");
     let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{home}-{i}")).collect();
-    let api: Api<Namespace> = Api::all(client.clone());
     for ns in &namespaces {
-        let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
-            "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" } } }))
-        .expect("namespace JSON");
-        api.create(&PostParams::default(), &object).await.expect("create namespace");
+        create_namespace(client, ns, json!({ "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" })).await;
         create_configmap(client, ns, "cm", &[("k", "0")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
     }
@@ -365,9 +361,7 @@ async fn a_namespace_labelled_in_or_out_joins_or_leaves_the_fleet_at_run_time() 
             .expect("a name in the same shard");
         let api: Api<Namespace> = Api::all(client.clone());
         for (ns, labels) in [(&late, json!({})), (&barrier, json!({ key: value }))] {
-            let object: Namespace =
-                serde_json::from_value(json!({ "metadata": { "name": ns, "labels": labels } })).expect("namespace");
-            api.create(&PostParams::default(), &object).await.expect("create namespace");
+            create_namespace(&client, ns, labels).await;
             create_configmap(&client, ns, "cm", &[("k", "0")]).await;
             Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
         }
@@ -411,11 +405,9 @@ async fn handoff_times_with_default_lease_timings() {
     with_temp_ns("fleet-handoff", |client, home| async move {
         let label = format!("reloader-fleet.test/handoff={home}");
         let ns = format!("{home}-w");
+        let labels = json!({ "reloader-fleet.test/handoff": home, support::TEST_LABEL: "fleet-handoff" });
+        create_namespace(&client, &ns, labels).await;
         let api: Api<Namespace> = Api::all(client.clone());
-        let object: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns, "labels": {
-            "reloader-fleet.test/handoff": home, support::TEST_LABEL: "fleet-handoff" } } }))
-        .expect("namespace JSON");
-        api.create(&PostParams::default(), &object).await.expect("create namespace");
         // Reloader's default timings: lease 15 s, renew deadline 10 s, retry period 2 s.
         let args = [format!("--namespace-selector={label}"), "--shards=16".into(), "--enable-ha".into()];
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -109,28 +109,20 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
         let (path, cluster_scoped) = apply_and_login(&client, &ns, NAMESPACED_MANIFEST).await;
         assert!(cluster_scoped.is_empty(), "the namespaced manifest has nothing cluster-scoped");
         let args = ["--enable-ha", "--shards=4"];
-        let one = Controller::start_with_kubeconfig_env(
-            &format!("{ns}-1"),
-            &ns,
-            &args,
-            &path,
-            &[("KUBERNETES_NAMESPACE", &ns)],
-        )
-        .await;
-        let two = Controller::start_with_kubeconfig_env(
-            &format!("{ns}-2"),
-            &ns,
-            &args,
-            &path,
-            &[("KUBERNETES_NAMESPACE", &ns)],
-        )
-        .await;
+        let mut replicas = Vec::new();
+        for i in 1..=2 {
+            let env = [("KUBERNETES_NAMESPACE", ns.as_str())];
+            replicas.push(Controller::start_with_kubeconfig_env(&format!("{ns}-{i}"), &ns, &args, &path, &env).await);
+        }
         support::wait_for("the namespace's shard to be held", || async {
-            (one.metric("reloader_shards_active").await + two.metric("reloader_shards_active").await == 4.0)
-                .then_some(())
+            let mut active = 0.0;
+            for r in &replicas {
+                active += r.metric("reloader_shards_active").await;
+            }
+            (active == 4.0).then_some(())
         })
         .await;
-        reloads_without_forbidden_calls(&client, &ns, vec![one, two]).await;
+        reloads_without_forbidden_calls(&client, &ns, replicas).await;
     })
     .await;
 }

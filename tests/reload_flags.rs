@@ -4,14 +4,14 @@ mod support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
 use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{
-    Kind, Workload, cm_hash, create_configmap, create_secret, patch_configmap, patch_secret, recorded_annotation,
-    recorded_env, secret_hash,
+    Kind, Workload, cm_hash, create_configmap, create_namespace, create_secret, patch_configmap, patch_secret,
+    recorded_annotation, recorded_env, secret_hash,
 };
 use support::scenario::{Ctx, scenario, wait_stored, wait_stored_resources};
 use support::{wait_for, with_temp_ns};
@@ -150,12 +150,6 @@ async fn reload_on_delete_removes_the_env_var_or_records_the_delete_marker() {
     }
 }
 
-async fn create_namespace(ctx: &Ctx, name: &str, labels: serde_json::Value) {
-    let ns: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).expect("namespace JSON");
-    Api::<Namespace>::all(ctx.client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
-}
-
 #[tokio::test]
 async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_changes() {
     with_temp_ns("ns-selector", |client, home| async move {
@@ -164,9 +158,9 @@ async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_cha
         let ignored = format!("{home}-ign");
         let unlabelled = format!("{home}-unl");
         let label = json!({ "reloader-fleet.test/selector": home, support::TEST_LABEL: "ns-selector" });
-        create_namespace(&ctx, &selected, label.clone()).await;
-        create_namespace(&ctx, &ignored, label.clone()).await;
-        create_namespace(&ctx, &unlabelled, json!({ support::TEST_LABEL: "ns-selector" })).await;
+        create_namespace(&ctx.client, &selected, label.clone()).await;
+        create_namespace(&ctx.client, &ignored, label.clone()).await;
+        create_namespace(&ctx.client, &unlabelled, json!({ support::TEST_LABEL: "ns-selector" })).await;
         for ns in [&selected, &ignored, &unlabelled] {
             create_configmap(&client, ns, "cm", &[("k", "1")]).await;
             Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{LAST_RELOADED_FROM, env_var_name};
@@ -130,6 +130,13 @@ impl Workload {
             .await
             .unwrap_or_else(|e| panic!("create {:?} {}: {e}", self.kind, self.name));
     }
+}
+
+/// Create namespace `name` with `labels` (a JSON object of label keys and values).
+pub async fn create_namespace(client: &Client, name: &str, labels: Value) {
+    let ns: Namespace =
+        serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).expect("namespace JSON");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
 }
 
 pub async fn create_configmap(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
