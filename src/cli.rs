@@ -315,6 +315,13 @@ impl Args {
             let singular = kind.trim_end_matches('s');
             workload_kinds.retain(|k| !k.kind().eq_ignore_ascii_case(singular));
         }
+        if !self.webhook_url.is_empty() {
+            // Webhook-only mode rolls nothing; rolling workloads instead would surprise a user
+            // who swapped Reloader's image, so the start fails until the mode exists here.
+            bail!(
+                "--webhook-url (WEBHOOK_URL, Helm reloader.webhookUrl) asks for webhook-only mode, which this version does not have yet; unset it to reload workloads"
+            );
+        }
         if !matches!(self.log_format.as_str(), "" | "json") {
             bail!("invalid --log-format {:?}: expected json or empty", self.log_format);
         }
@@ -436,6 +443,7 @@ mod tests {
         bad(&["--ignored-workload-types=pods"], "--ignored-workload-types");
         bad(&["--namespace-selector=team in x"], "--namespace-selector");
         bad(&["--log-format=xml"], "--log-format");
+        bad(&["--webhook-url=http://127.0.0.1:1/hook"], "--webhook-url");
         bad(&["--namespaces=Bad_NS"], "DNS-1123");
         bad(&["--leader-election-renew-deadline=20s"], "leader election");
         let strategy = Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");

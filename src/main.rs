@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
         is_openshift: _,
         enable_ha,
         enable_csi_integration,
-        webhook_url,
+        webhook_url: _,
         resources_to_ignore: _,
         ignored_workload_types: _,
         namespaces: _,
@@ -91,7 +91,6 @@ async fn main() -> anyhow::Result<()> {
     for (enabled, what) in [
         (is_argo_rollouts == "true", "--is-Argo-Rollouts (Argo Rollouts)"),
         (enable_csi_integration, "--enable-csi-integration (Secrets Store CSI)"),
-        (!webhook_url.is_empty(), "--webhook-url (webhook-only mode)"),
         (alert_on_reload || !alert_webhook_url.is_empty(), "alerts (ALERT_*)"),
         (enable_pprof, "--enable-pprof"),
     ] {
