@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use reloader_fleet::reload::{Keys, Options, Rules, Strategy, Target, plan, target_container};
-use reloader_fleet::watch::{Compactor, DataHash, ResourceKey, ResourceKind, ResourceState, SlimDeployment, Store};
+use reloader_fleet::watch::{
+    Compactor, DataHash, ResourceKey, ResourceKind, ResourceState, SlimDeployment, SlimRaw, Store, WorkloadKind,
+};
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -65,7 +67,7 @@ fn net(stats: stats_alloc::Stats) -> isize {
 
 fn build(namespaces: usize, workloads_per_ns: usize) -> Built {
     let keys = Keys::default();
-    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone());
+    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
     let configmaps = CONFIGMAPS_PER_NS.min(workloads_per_ns);
     let jsons: Vec<Value> = (0..namespaces)
         .flat_map(|n| (0..workloads_per_ns).map(move |i| deployment_json(&format!("ns-{n}"), i, configmaps)))
@@ -141,6 +143,36 @@ fn typed_bytes_per_deployment() -> isize {
     (stats.bytes_allocated as isize - stats.bytes_deallocated as isize) / 1000
 }
 
+/// Bytes held per stored workload of `kind` (with index entries), 1,000 of them built from the
+/// same realistic pod template as the Deployments, with the annotation that makes each keep
+/// what its write needs (the job template, the Job's spec, the containers).
+fn stored_bytes_per(kind: WorkloadKind) -> isize {
+    let keys = Keys::default();
+    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+    let jsons: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut d = deployment_json("ns", i, 100);
+            let template = d["spec"]["template"].take();
+            d["spec"] = match kind {
+                WorkloadKind::CronJob => json!({ "schedule": "0 * * * *", "jobTemplate": {
+                    "metadata": { "labels": { "app": "x" } }, "spec": { "backoffLimit": 1, "template": template } } }),
+                WorkloadKind::Job => json!({ "backoffLimit": 1, "completions": 1, "template": template }),
+                _ => json!({ "replicas": 3, "strategy": { "canary": { "steps": [ { "setWeight": 20 } ] } }, "template": template }),
+            };
+            d
+        })
+        .collect();
+    let region = Region::new(GLOBAL);
+    let (store, writer) = Store::new(keys.explicit_keys());
+    for value in &jsons {
+        let slim: SlimRaw = serde_json::from_value(value.clone()).expect("fixture parses");
+        writer.apply_workload(compactor.compact_raw(kind, &slim).expect("named"));
+    }
+    let bytes = net(region.change());
+    drop(store);
+    bytes / 1000
+}
+
 fn main() {
     println!("decision benchmark: {CHANGES} ConfigMap changes, env-vars strategy, no API calls");
     for (label, namespaces, per_ns) in
@@ -156,4 +188,11 @@ fn main() {
         );
     }
     println!("for comparison, a full k8s-openapi Deployment of the same JSON holds {} B", typed_bytes_per_deployment());
+    for kind in [WorkloadKind::CronJob, WorkloadKind::Job, WorkloadKind::Rollout] {
+        println!(
+            "store: {:>5} B per {} with the same pod template (slim view, index, and what its write needs)",
+            stored_bytes_per(kind),
+            kind.kind()
+        );
+    }
 }

@@ -269,7 +269,8 @@ pub struct Settings {
     /// `Some` in namespace-scoped mode.
     pub scoped_namespaces: Option<Vec<String>>,
     pub resource_label_selector: Option<LabelSelector>,
-    /// Workload kinds not removed by `--ignored-workload-types`.
+    /// Workload kinds not removed by `--ignored-workload-types` (Rollouts and
+    /// DeploymentConfigs are further subject to their flags and to discovery).
     pub workload_kinds: Vec<WorkloadKind>,
 }
 
@@ -289,31 +290,16 @@ impl Args {
             bail!("--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched");
         }
         let mut workload_kinds = WorkloadKind::ALL.to_vec();
-        for kind in self.ignored_workload_types.iter().map(|k| k.trim().to_ascii_lowercase()).filter(|k| !k.is_empty())
-        {
-            const KNOWN: [&str; 14] = [
-                "jobs",
-                "job",
-                "cronjobs",
-                "cronjob",
-                "deployments",
-                "deployment",
-                "daemonsets",
-                "daemonset",
-                "statefulsets",
-                "statefulset",
-                "rollouts",
-                "rollout",
-                "deploymentconfigs",
-                "deploymentconfig",
-            ];
-            if !KNOWN.contains(&kind.as_str()) {
+        for name in self.ignored_workload_types.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
+            let Some(kind) = WorkloadKind::from_type_name(name) else {
                 bail!(
-                    "invalid --ignored-workload-types value {kind:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
+                    "invalid --ignored-workload-types value {name:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
                 );
-            }
-            let singular = kind.trim_end_matches('s');
-            workload_kinds.retain(|k| !k.kind().eq_ignore_ascii_case(singular));
+            };
+            workload_kinds.retain(|k| *k != kind);
+        }
+        if !matches!(self.is_openshift.as_str(), "" | "auto" | "true" | "false") {
+            bail!("invalid --is-openshift {:?}: expected true, false, or auto (empty = auto)", self.is_openshift);
         }
         if !self.webhook_url.is_empty() {
             // Webhook-only mode rolls nothing; rolling workloads instead would surprise a user
@@ -441,6 +427,7 @@ mod tests {
         bad(&["--resources-to-ignore=configmaps,secrets"], "--resources-to-ignore");
         bad(&["--resources-to-ignore=pods"], "--resources-to-ignore");
         bad(&["--ignored-workload-types=pods"], "--ignored-workload-types");
+        bad(&["--is-openshift=maybe"], "--is-openshift");
         bad(&["--namespace-selector=team in x"], "--namespace-selector");
         bad(&["--log-format=xml"], "--log-format");
         bad(&["--webhook-url=http://127.0.0.1:1/hook"], "--webhook-url");
@@ -464,8 +451,9 @@ mod tests {
 
     #[test]
     fn ignored_workload_types_remove_watched_kinds() {
-        let s = args(&["--ignored-workload-types=Deployments,daemonset,jobs"]).settings().expect("valid");
-        assert_eq!(s.workload_kinds, vec![WorkloadKind::StatefulSet]);
+        let s =
+            args(&["--ignored-workload-types=Deployments,daemonset,jobs,CronJob,rollouts"]).settings().expect("valid");
+        assert_eq!(s.workload_kinds, vec![WorkloadKind::StatefulSet, WorkloadKind::DeploymentConfig]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ async fn main() -> anyhow::Result<()> {
         reload_on_delete,
         sync_after_restart,
         is_argo_rollouts,
-        is_openshift: _,
+        is_openshift,
         enable_ha,
         enable_csi_integration,
         webhook_url: _,
@@ -88,12 +88,9 @@ async fn main() -> anyhow::Result<()> {
     if enable_ha && (pod_name.is_none() || pod_namespace.is_none()) {
         bail!("--enable-ha needs the POD_NAME and POD_NAMESPACE environment variables");
     }
-    for (enabled, what) in [
-        (is_argo_rollouts == "true", "--is-Argo-Rollouts (Argo Rollouts)"),
-        (enable_csi_integration, "--enable-csi-integration (Secrets Store CSI)"),
-        (alert_on_reload || !alert_webhook_url.is_empty(), "alerts (ALERT_*)"),
-        (enable_pprof, "--enable-pprof"),
-    ] {
+    for (enabled, what) in
+        [(alert_on_reload || !alert_webhook_url.is_empty(), "alerts (ALERT_*)"), (enable_pprof, "--enable-pprof")]
+    {
         if enabled {
             warn!(feature = what, "accepted but not supported by this version; ignoring it");
         }
@@ -127,8 +124,22 @@ async fn main() -> anyhow::Result<()> {
     let reload_metrics =
         reload::Metrics::register(&state.registry, by_namespace).context("registering reload metrics")?;
 
+    let workload_kinds = served_kinds(&client, &settings.workload_kinds, &is_argo_rollouts, &is_openshift).await;
+    let csi = enable_csi_integration
+        && {
+            let served = is_served(&client, "secrets-store.csi.x-k8s.io/v1", "secretproviderclasspodstatuses").await;
+            if !served {
+                warn!(
+                    "--enable-csi-integration is set but the API server does not serve secrets-store.csi.x-k8s.io/v1 secretproviderclasspodstatuses; CSI reloads are off"
+                );
+            }
+            served
+        };
+    info!(kinds = ?workload_kinds, csi, "watching these workload kinds");
+
     let keys = settings.keys.clone();
-    let compactor = watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone());
+    let compactor =
+        watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), auto_reload_all);
     let (store, writer) = watch::Store::new(keys.explicit_keys());
     let watch_config = watch::Config {
         namespaces: settings.scoped_namespaces.clone(),
@@ -137,7 +148,8 @@ async fn main() -> anyhow::Result<()> {
         watch_configmaps: settings.watch_configmaps,
         watch_secrets: settings.watch_secrets,
         compactor: compactor.clone(),
-        workload_kinds: settings.workload_kinds.clone(),
+        workload_kinds,
+        csi,
         ring: ring.clone(),
     };
     let checkpoint_namespace = pod_namespace
@@ -268,6 +280,55 @@ async fn main() -> anyhow::Result<()> {
     watch_task.abort();
     admin_task.abort();
     result
+}
+
+/// The workload kinds to watch: the ones not ignored, less Argo Rollouts unless
+/// `--is-Argo-Rollouts` is exactly `true`, and less DeploymentConfigs unless `--is-openshift`
+/// is `true` or detection (`auto`, empty) finds them served. A kind whose API is not served is
+/// not watched (a watch of it would never list, and the controller would never be ready);
+/// if the flag asked for it explicitly, a warning says so.
+async fn served_kinds(
+    client: &kube::Client,
+    kinds: &[watch::WorkloadKind],
+    is_argo_rollouts: &str,
+    is_openshift: &str,
+) -> Vec<watch::WorkloadKind> {
+    use watch::WorkloadKind::{DeploymentConfig, Rollout};
+    let mut out = Vec::new();
+    for &kind in kinds {
+        // Whether the user asked for the kind by a flag, so its absence deserves a warning.
+        let (wanted, asked) = match kind {
+            Rollout => (is_argo_rollouts == "true", Some("--is-Argo-Rollouts=true")),
+            DeploymentConfig => (is_openshift != "false", (is_openshift == "true").then_some("--is-openshift=true")),
+            // Built-in kinds are always served: no discovery (a failed call must not drop them).
+            _ => {
+                out.push(kind);
+                continue;
+            }
+        };
+        if !wanted {
+            continue;
+        }
+        let spec = kind.spec();
+        if is_served(client, &kind.api_version(), spec.plural).await {
+            out.push(kind);
+        } else if let Some(flag) = asked {
+            warn!(kind = spec.kind, flag, api = %kind.api_version(), "the flag asks for this kind but the API server does not serve it; not watching it");
+        }
+    }
+    out
+}
+
+/// Whether the API server serves `plural` in `api_version` (discovery; an error counts as no).
+async fn is_served(client: &kube::Client, api_version: &str, plural: &str) -> bool {
+    match client.list_api_group_resources(api_version).await {
+        Ok(list) => list.resources.iter().any(|r| r.name == plural),
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(err) => {
+            warn!(api = api_version, error = %err, "API discovery failed; taking the API as not served");
+            false
+        }
+    }
 }
 
 /// Wait for an optional task; never resolves without one.

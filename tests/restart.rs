@@ -24,9 +24,7 @@ async fn checkpoint_line(ctx: &Ctx, name: &str) -> Option<String> {
 
 /// Start a controller scoped to the context's namespace.
 async fn start(ctx: &Ctx, name: &str) -> Controller {
-    let ns = format!("--namespaces={}", ctx.ns);
-    let strategy = format!("--reload-strategy={}", ctx.strategy);
-    Controller::start(&format!("{}-{name}", ctx.ns), &ctx.ns, &[ns.as_str(), strategy.as_str()]).await
+    ctx.start_controller(name, &[]).await
 }
 
 #[tokio::test]

@@ -151,6 +151,7 @@ mod tests {
                 annotations: Default::default(),
                 template: PodTemplate { containers: vec![Container::default()], ..Default::default() },
                 paused: false,
+                raw: None,
             });
         }
         let fleet = FleetView {

@@ -14,10 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Patch, PatchParams};
+use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Client};
-use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,16 +24,14 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
+use crate::reload::write::Writes;
 use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch, target_container};
 use crate::shard::Ring;
-use crate::watch::{
-    Cause, Change, Compactor, ResourceKey, ResourceState, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload,
-    Store, Workload, WorkloadKey, WorkloadKind,
-};
+use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
 /// Field manager of every write, as Reloader's.
 pub const FIELD_MANAGER: &str = "Reloader";
-const API_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long acted-on hashes may wait before the checkpoint is saved.
 const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
 const RETRY_BASE: Duration = Duration::from_millis(200);
@@ -132,10 +128,12 @@ pub async fn run(
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
+    let writes = Writes { client: client.clone(), compactor: config.compactor.clone() };
     let rules = Rules::new(config.keys.clone(), config.options.clone());
     let mut engine = Engine {
         rules,
         client,
+        writes,
         config,
         store,
         metrics,
@@ -211,6 +209,7 @@ fn wanted(
 struct Engine {
     rules: Rules,
     client: Client,
+    writes: Writes,
     config: Config,
     store: Store,
     metrics: Metrics,
@@ -487,6 +486,9 @@ impl Engine {
         };
         let wanted = match transition {
             Transition::Created => self.config.reload_on_create,
+            // A class's pod statuses all going (a workload scaled to zero) is no deletion of
+            // the class: Reloader never reloads for SecretProviderClassPodStatus deletions.
+            Transition::Deleted if key.kind == ResourceKind::SecretProviderClass => false,
             Transition::Deleted => self.config.reload_on_delete,
             Transition::Updated => true,
         };
@@ -580,7 +582,7 @@ impl Engine {
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         let kind = workload.key.kind.kind();
         let started = Instant::now();
-        let result = self.patch(&workload.key, &patch).await;
+        let result = self.writes.write(workload, &patch, jiff::Timestamp::now()).await;
         self.metrics.action_latency.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
         match result {
             Ok(Some(updated)) => {
@@ -619,24 +621,6 @@ impl Engine {
         }
     }
 
-    /// PATCH the workload; `Ok(None)` when it no longer exists.
-    async fn patch(&self, key: &WorkloadKey, patch: &Value) -> Result<Option<Workload>, String> {
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() };
-        let call = async {
-            match key.kind {
-                WorkloadKind::Deployment => self.patch_as::<SlimDeployment>(key, &params, patch).await,
-                WorkloadKind::DaemonSet => self.patch_as::<SlimDaemonSet>(key, &params, patch).await,
-                WorkloadKind::StatefulSet => self.patch_as::<SlimStatefulSet>(key, &params, patch).await,
-            }
-        };
-        match tokio::time::timeout(API_TIMEOUT, call).await {
-            Err(_) => Err(format!("timed out after {API_TIMEOUT:?}")),
-            Ok(Ok(updated)) => Ok(updated),
-            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(None),
-            Ok(Err(err)) => Err(err.to_string()),
-        }
-    }
-
     /// Resume every Deployment whose Reloader pause period is over.
     async fn resume_paused(&mut self) {
         let paused_at = self.rules.keys().paused_at.clone();
@@ -644,7 +628,7 @@ impl Engine {
         for stored in self.store.find_workloads(|w| w.annotations.contains_key(&paused_at)) {
             let workload = self.freshest(stored);
             let Some(patch) = resume_patch(self.rules.keys(), &workload, now) else { continue };
-            match self.patch(&workload.key, &patch).await {
+            match self.writes.strategic_patch(&workload.key, &patch).await {
                 Ok(Some(updated)) => {
                     info!(workload = %workload.key, "pause period over; rollout resumed");
                     self.overlay.insert(updated.key.clone(), Arc::new(updated));
@@ -656,17 +640,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    async fn patch_as<K: SlimWorkload>(
-        &self,
-        key: &WorkloadKey,
-        params: &PatchParams,
-        patch: &Value,
-    ) -> Result<Option<Workload>, kube::Error> {
-        let api: Api<K> = Api::namespaced(self.client.clone(), &key.namespace);
-        let updated = api.patch(&key.name, params, &Patch::Strategic(patch)).await?;
-        Ok(self.config.compactor.compact(&updated))
     }
 
     fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
@@ -698,7 +671,7 @@ impl Engine {
     /// `EVENT_POSTS` are sent at once (Events are best effort, as in Reloader).
     fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
         let reference = ObjectReference {
-            api_version: Some("apps/v1".to_string()),
+            api_version: Some(workload.key.kind.api_version()),
             kind: Some(workload.key.kind.kind().to_string()),
             name: Some(workload.key.name.to_string()),
             namespace: Some(workload.key.namespace.to_string()),
@@ -739,7 +712,7 @@ enum WriteResult {
 }
 
 /// The one backoff rule for retries: doubling from 200 ms, capped at a minute.
-fn retry_delay(attempt: u32) -> Duration {
+pub(crate) fn retry_delay(attempt: u32) -> Duration {
     RETRY_BASE.saturating_mul(1u32 << attempt.min(16)).min(RETRY_MAX)
 }
 

@@ -31,6 +31,10 @@ pub struct TypedKeys<'a> {
 /// Written by the annotations strategy on the pod template; fixed in Reloader (no flag).
 pub const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
 
+/// On an Argo Rollout's metadata: `restart` restarts it (`spec.restartAt`) instead of a plain
+/// template rollout. Fixed in Reloader (no flag).
+pub const ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
+
 /// Written on workload metadata next to every reload: the hash acted on per resource, so that
 /// replaying a change is a no-op in the annotations strategy too (its pod-template annotation
 /// only remembers the latest resource). Metadata, not the template: writing it rolls nothing.
@@ -96,6 +100,7 @@ impl Keys {
             self.paused_at.clone(),
             LAST_RELOADED_FROM.to_string(),
             RELOADED_HASHES.to_string(),
+            ROLLOUT_STRATEGY.to_string(),
         ]
     }
 

@@ -11,11 +11,12 @@ mod metrics;
 mod pause;
 mod rules;
 mod strategy;
+mod write;
 
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
-pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, TypedKeys};
+pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
 pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
 pub use pause::{merge_patch, parse_go_duration, pause_patch, resume_patch};
 pub use rules::{Mode, Options, Problem, Rules, Verdict, target_container};
-pub use strategy::{ReloadSource, Strategy, Target, delete_marker, plan};
+pub use strategy::{ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan};

@@ -105,6 +105,7 @@ mod tests {
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             template: PodTemplate::default(),
             paused,
+            raw: None,
         }
     }
 

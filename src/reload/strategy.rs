@@ -107,19 +107,77 @@ fn plan_env_var(
     target: Target,
 ) -> Option<Value> {
     let var = env_var_name(resource_name, kind);
-    let recorded = workload.template.containers[container]
-        .recorded
-        .iter()
-        .find(|(name, _)| *name == var)
-        .map(|(_, value)| value.as_str());
-    let env = match (target, recorded) {
+    let recorded = if workload.key.kind.spec().records_in_metadata {
+        // The template is never written (a CronJob): the metadata record is the only one.
+        recorded_hashes(workload).remove(&record_key(kind, resource_name))
+    } else {
+        workload.template.containers[container].recorded.iter().find(|(name, _)| *name == var).map(|(_, v)| v.clone())
+    };
+    let env = match (target, recorded.as_deref()) {
         (Target::Hash(h), Some(value)) if value == h.to_string() => return None,
         (Target::Hash(h), _) => json!({ "name": var, "value": h.to_string() }),
         (Target::Deleted, None) => return None,
         // Strategic merge deletes the list item by its merge key, wherever it sits.
         (Target::Deleted, Some(_)) => json!({ "name": var, "$patch": "delete" }),
     };
-    Some(json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } }))
+    let mut patch =
+        json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } });
+    if workload.key.kind.spec().records_in_metadata {
+        let mut recorded = recorded_hashes(workload);
+        match target {
+            Target::Hash(h) => recorded.insert(record_key(kind, resource_name), h.to_string()),
+            Target::Deleted => recorded.remove(&record_key(kind, resource_name)),
+        };
+        // Serializing a map of strings cannot fail.
+        patch["metadata"] =
+            json!({ "annotations": { RELOADED_HASHES: serde_json::to_string(&recorded).unwrap_or_default() } });
+    }
+    Some(patch)
+}
+
+/// The key of one resource in the metadata record: `CONFIGMAP/name`.
+fn record_key(kind: ResourceKind, resource_name: &str) -> String {
+    format!("{}/{}", kind.type_suffix(), resource_name)
+}
+
+/// Apply one of this controller's strategic-merge patches to an object's JSON, as the API
+/// server would: objects merge key by key, `null` removes a key, lists of named items
+/// (containers, env) merge by `name`, and an item carrying `$patch: delete` is removed. Used
+/// where a kind takes no strategic merge (custom resources) or where the object is created
+/// anew from a template (a Job from a CronJob, a Job created again).
+pub fn apply_strategic(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    base.remove(key);
+                } else {
+                    apply_strategic(base.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (slot @ Value::Array(_), Value::Array(items)) if items.iter().all(|i| i.get("name").is_some()) => {
+            let Value::Array(list) = slot else { return };
+            for item in items {
+                let position = list.iter().position(|e| e.get("name") == item.get("name"));
+                let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+                match (position, delete) {
+                    (Some(i), true) => {
+                        list.remove(i);
+                    }
+                    (None, true) => {}
+                    (Some(i), false) => apply_strategic(&mut list[i], item),
+                    (None, false) => list.push(item.clone()),
+                }
+            }
+        }
+        (slot @ Value::Null, Value::Array(items)) => {
+            *slot = Value::Array(items.iter().filter(|i| i.get("$patch").is_none()).cloned().collect());
+        }
+        // Nothing to apply (an absent part of a template).
+        (_, Value::Null) => {}
+        (slot, value) => *slot = value.clone(),
+    }
 }
 
 fn plan_annotation(
@@ -131,7 +189,7 @@ fn plan_annotation(
     observed_at: i64,
 ) -> Option<Value> {
     let mut recorded = recorded_hashes(workload);
-    let record_key = format!("{}/{}", kind.type_suffix(), resource_name);
+    let record_key = record_key(kind, resource_name);
     let hash_text = hash.to_string();
     if recorded.get(&record_key) == Some(&hash_text) {
         return None;
@@ -190,6 +248,7 @@ mod tests {
                 ..Default::default()
             },
             paused: false,
+            raw: None,
         }
     }
 
@@ -291,6 +350,50 @@ mod tests {
             .expect("writes");
         let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM].as_str().expect("string");
         assert!(value.contains("aae45badef99284e4dae01d6046154ea9d99532f"), "{value}");
+    }
+
+    #[test]
+    fn a_cronjob_records_env_var_reloads_on_its_metadata() {
+        let mut w = workload();
+        w.key.kind = crate::watch::WorkloadKind::CronJob;
+        let patch = plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash()), 0)
+            .expect("a first reload writes");
+        let record = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("recorded").to_string();
+        assert_eq!(record, format!(r#"{{"CONFIGMAP/cm":"{}"}}"#, hash()));
+        w.annotations.insert(RELOADED_HASHES.into(), record);
+        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash()), 0), None);
+    }
+
+    #[test]
+    fn strategic_patches_apply_to_json_as_the_api_server_would() {
+        let mut template = json!({
+            "metadata": { "labels": { "app": "a" } },
+            "spec": { "containers": [
+                { "name": "a", "image": "i", "env": [ { "name": "X", "value": "1" }, { "name": "STAKATER_C_CONFIGMAP", "value": "old" } ] },
+                { "name": "b", "image": "j" }
+            ] }
+        });
+        apply_strategic(
+            &mut template,
+            &json!({ "metadata": { "annotations": { "k": "v" } }, "spec": { "containers": [
+            { "name": "a", "env": [ { "name": "STAKATER_C_CONFIGMAP", "value": "new" } ] },
+            { "name": "b", "env": [ { "name": "STAKATER_D_SECRET", "value": "h" } ] }
+        ] } }),
+        );
+        assert_eq!(template["metadata"], json!({ "labels": { "app": "a" }, "annotations": { "k": "v" } }));
+        assert_eq!(
+            template["spec"]["containers"][0]["env"][1],
+            json!({ "name": "STAKATER_C_CONFIGMAP", "value": "new" })
+        );
+        assert_eq!(template["spec"]["containers"][0]["image"], "i", "untouched fields stay");
+        assert_eq!(template["spec"]["containers"][1]["env"], json!([{ "name": "STAKATER_D_SECRET", "value": "h" }]));
+        apply_strategic(
+            &mut template,
+            &json!({ "spec": { "containers": [
+            { "name": "a", "env": [ { "name": "STAKATER_C_CONFIGMAP", "$patch": "delete" } ] }
+        ] } }),
+        );
+        assert_eq!(template["spec"]["containers"][0]["env"], json!([{ "name": "X", "value": "1" }]));
     }
 
     #[test]

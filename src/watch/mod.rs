@@ -3,7 +3,9 @@
 //! ConfigMaps and Secrets are kept as a [`DataHash`], never as their data: the hash is all
 //! the engine needs, and it keeps memory flat however large the objects are.
 
+mod csi;
 mod hash;
+mod kind;
 mod metrics;
 mod object;
 mod store;
@@ -11,11 +13,13 @@ mod watcher;
 mod wire;
 
 pub use hash::DataHash;
+pub use kind::{KindSpec, WorkloadKind, WriteMethod};
 pub use metrics::Metrics;
 pub use object::{
     Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
-    WorkloadKind,
 };
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run};
-pub use wire::{Compactor, INTERNAL_LABEL, SlimDaemonSet, SlimDeployment, SlimStatefulSet, SlimWorkload};
+pub use wire::{
+    Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimDaemonSet, SlimDeployment, SlimRaw, SlimStatefulSet, SlimWorkload,
+};

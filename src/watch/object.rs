@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::watch::DataHash;
+use crate::watch::{DataHash, WorkloadKind};
 
 /// The kinds of resource whose data changes roll workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,27 +46,6 @@ impl ResourceKind {
             ResourceKind::ConfigMap => "configmaps",
             ResourceKind::Secret => "secrets",
             ResourceKind::SecretProviderClass => "secretproviderclasspodstatuses",
-        }
-    }
-}
-
-/// The workload kinds the engine can roll.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum WorkloadKind {
-    Deployment,
-    DaemonSet,
-    StatefulSet,
-}
-
-impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [WorkloadKind::Deployment, WorkloadKind::DaemonSet, WorkloadKind::StatefulSet];
-
-    /// The Kubernetes kind, as in metric labels (`reloader_action_total{workload_kind}`).
-    pub fn kind(self) -> &'static str {
-        match self {
-            WorkloadKind::Deployment => "Deployment",
-            WorkloadKind::DaemonSet => "DaemonSet",
-            WorkloadKind::StatefulSet => "StatefulSet",
         }
     }
 }
@@ -145,6 +124,11 @@ pub struct Workload {
     pub template: PodTemplate,
     /// `spec.paused` (Deployments only; always false for other kinds).
     pub paused: bool,
+    /// What a write of this kind needs beyond the slim view, as compact JSON (the job
+    /// template of a CronJob, the spec of a Job, the containers of a custom resource), kept
+    /// only for workloads whose annotations (or `--auto-reload-all`) may make them reload.
+    /// `None` for the kinds written by a strategic-merge patch.
+    pub raw: Option<Arc<str>>,
 }
 
 /// The pod template parts that reference resources or record reloads.

@@ -244,6 +244,7 @@ mod tests {
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             template: PodTemplate { containers: vec![container], ..Default::default() },
             paused: false,
+            raw: None,
         }
     }
 

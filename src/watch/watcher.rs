@@ -28,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
+use crate::watch::csi::{self, CsiState};
 use crate::watch::wire::{
-    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimStatefulSet, SlimWorkload,
+    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret, SlimSecretProviderClass,
+    SlimSpcPodStatus, SlimStatefulSet, SlimWorkload,
 };
 use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
 
@@ -47,8 +49,13 @@ pub struct Config {
     pub watch_secrets: bool,
     /// Turns wire objects into stored forms (which annotation keys to keep).
     pub compactor: Compactor,
-    /// Workload kinds to watch (`--ignored-workload-types` removes some).
+    /// Workload kinds to watch (`--ignored-workload-types` removes some; Rollouts and
+    /// DeploymentConfigs only when enabled and served).
     pub workload_kinds: Vec<WorkloadKind>,
+    /// Watch SecretProviderClassPodStatuses and SecretProviderClasses (`--enable-csi-integration`
+    /// with the group served). The resource label selector does not apply to them: the driver
+    /// labels nothing, so it would silently turn CSI reloads off (Reloader v1's bug).
+    pub csi: bool,
     /// Namespace -> shard; only namespaces of owned shards are stored.
     pub ring: Arc<Ring>,
 }
@@ -76,6 +83,8 @@ enum Incoming {
     ConfigMap(WatchEvent<SlimConfigMap>),
     Secret(WatchEvent<SlimSecret>),
     Workload(WorkloadKind, WatchEvent<Option<Workload>>),
+    SpcPodStatus(WatchEvent<SlimSpcPodStatus>),
+    SecretProviderClass(WatchEvent<SlimSecretProviderClass>),
 }
 
 type Tagged = (usize, Result<Incoming, watcher::Error>);
@@ -83,7 +92,7 @@ type BoxedTagged = Pin<Box<dyn Stream<Item = Tagged> + Send>>;
 type Merged = futures::stream::SelectAll<BoxedTagged>;
 
 /// Namespace and name of the objects a list has seen.
-type Seen = HashSet<(Arc<str>, Arc<str>)>;
+pub(crate) type Seen = HashSet<(Arc<str>, Arc<str>)>;
 
 /// A stream's scope and whether it has completed a list since (re)start.
 struct StreamState {
@@ -150,6 +159,7 @@ pub async fn run(
         all_synced: false,
         loading: HashSet::new(),
         deferred: Vec::new(),
+        csi: CsiState::default(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
     };
@@ -227,6 +237,9 @@ struct WatchTask {
     loading: HashSet<String>,
     /// Changes in `loading` namespaces, held until they are loaded.
     deferred: Vec<Change>,
+    /// Pod statuses and classes of the Secrets Store CSI driver, folded into one resource
+    /// per SecretProviderClass.
+    csi: CsiState,
     /// Shards owned now.
     owned: BTreeSet<u32>,
     /// Shards the store is complete for.
@@ -315,7 +328,7 @@ impl WatchTask {
             self.deferred.retain(|c| &*c.key.namespace != name);
             if self.selected.remove(name) {
                 debug!(namespace = name, "namespace left the selection; forgetting its objects");
-                self.writer.forget_namespace(name);
+                self.forget_namespace(name);
             }
             false
         }
@@ -344,7 +357,7 @@ impl WatchTask {
         if !lost.is_empty() {
             for namespace in self.writer.store().namespaces() {
                 if lost.contains(&self.config.ring.shard_of(&namespace)) {
-                    self.writer.forget_namespace(&namespace);
+                    self.forget_namespace(&namespace);
                 }
             }
             info!(lost = ?lost, "lost shards; forgot their objects");
@@ -355,6 +368,11 @@ impl WatchTask {
             synced.send_replace(self.synced_for.clone());
         }
         gained
+    }
+
+    fn forget_namespace(&mut self, namespace: &str) {
+        self.writer.forget_namespace(namespace);
+        self.csi.forget_namespace(namespace);
     }
 
     fn is_selected(&self, namespace: &str) -> bool {
@@ -423,12 +441,19 @@ impl WatchTask {
                 let stream = watch_kind::<SlimSecret>(client, scope, resource_config.clone());
                 self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::Secret));
             }
+            if self.config.csi {
+                let stream = watch_kind::<SlimSpcPodStatus>(client, scope, list_config());
+                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SpcPodStatus));
+                let stream = watch_kind::<SlimSecretProviderClass>(client, scope, list_config());
+                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SecretProviderClass));
+            }
             for kind in self.config.workload_kinds.clone() {
                 let compactor = self.compactor.clone();
                 self.add_stream(merged, scope, |id| match kind {
                     WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor),
                     WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor),
                     WorkloadKind::StatefulSet => workload_stream::<SlimStatefulSet>(id, client, scope, &compactor),
+                    other => raw_workload_stream(id, other, client, scope, &compactor),
                 });
             }
         }
@@ -473,6 +498,84 @@ impl WatchTask {
             Incoming::Workload(kind, event) => {
                 self.apply_workload_event(stream, kind, event);
                 Ok(())
+            }
+            Incoming::SpcPodStatus(event) => self.apply_pod_status_event(stream, event).await,
+            Incoming::SecretProviderClass(event) => {
+                self.apply_class_event(stream, event);
+                Ok(())
+            }
+        }
+    }
+
+    /// A pod status of the CSI driver. Like Reloader, only an update of one pod's status to
+    /// other versions is a change (its hash is the class's new state); a status appearing or
+    /// going is not. N pods reporting the same rotation are one change: the first one is
+    /// acted on, the others find the hash already acted on.
+    async fn apply_pod_status_event(
+        &mut self,
+        stream: usize,
+        event: WatchEvent<SlimSpcPodStatus>,
+    ) -> Result<(), Error> {
+        let emit = self.stream(stream).synced_once || self.all_synced;
+        match event {
+            WatchEvent::Init => self.stream(stream).start_list(),
+            WatchEvent::InitApply(status) | WatchEvent::Apply(status) => {
+                let cause = if self.stream(stream).is_listing() { Cause::Listed } else { Cause::Event };
+                let Some(report) = csi::PodStatus::of(&status) else { return Ok(()) };
+                self.metrics.events_received.with_label_values(&["update", csi::POD_STATUS_PLURAL]).inc();
+                if !self.is_selected(&report.namespace) {
+                    return Ok(());
+                }
+                self.stream(stream).saw(&report.namespace, &report.object);
+                let update = self.csi.apply_pod_status(&self.writer, &report);
+                if let Some(previous) = update
+                    && emit
+                {
+                    let key = report.class_key();
+                    self.send(Change { key, observed: Some(report.hash), previous: Some(previous), cause }).await?;
+                }
+            }
+            WatchEvent::Delete(status) => {
+                if let Some(report) = csi::PodStatus::of(&status) {
+                    self.metrics.events_received.with_label_values(&["delete", csi::POD_STATUS_PLURAL]).inc();
+                    self.csi.delete_pod_status(&self.writer, &report.namespace, &report.object);
+                }
+            }
+            WatchEvent::InitDone => {
+                let (scope, seen) = self.stream(stream).finish_list();
+                self.csi.retain_pod_statuses(&self.writer, scope.as_deref(), &seen);
+            }
+        }
+        Ok(())
+    }
+
+    /// A SecretProviderClass: its `ignore` and `match` annotations go onto the class's state.
+    fn apply_class_event(&mut self, stream: usize, event: WatchEvent<SlimSecretProviderClass>) {
+        match event {
+            WatchEvent::Init => self.stream(stream).start_list(),
+            WatchEvent::InitApply(class) | WatchEvent::Apply(class) => {
+                let (Some(namespace), Some(name)) = (class.metadata.namespace.clone(), class.metadata.name.clone())
+                else {
+                    return;
+                };
+                if !self.is_selected(&namespace) {
+                    return;
+                }
+                let (namespace, name): (Arc<str>, Arc<str>) = (namespace.into(), name.into());
+                self.stream(stream).saw(&namespace, &name);
+                let flags = self.compactor.secret_provider_class(&class, crate::watch::DataHash::of_bytes(b""));
+                self.csi.apply_class(&self.writer, namespace, name, flags.ignored, flags.search_match);
+            }
+            WatchEvent::Delete(class) => {
+                if let (Some(namespace), Some(name)) =
+                    (class.metadata.namespace.as_deref(), class.metadata.name.as_deref())
+                {
+                    self.csi.delete_class(&self.writer, namespace, name);
+                }
+            }
+            WatchEvent::InitDone => {
+                let (scope, seen) = self.stream(stream).finish_list();
+                self.csi.retain_classes(&self.writer, scope.as_deref(), &seen);
             }
         }
     }
@@ -635,6 +738,26 @@ fn workload_stream<K: SlimWorkload>(
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
 }
 
+/// A workload kind read as [`SlimRaw`], its API resource from the kind table.
+fn raw_workload_stream(
+    id: usize,
+    kind: WorkloadKind,
+    client: &Client,
+    scope: &Option<String>,
+    compactor: &Compactor,
+) -> BoxedTagged {
+    let resource = kind.api_resource();
+    let api: Api<SlimRaw> = match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let compactor = compactor.clone();
+    let stream = watcher::watcher(api, list_config())
+        .default_backoff()
+        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
+    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
+}
+
 fn tagged<K: 'static, S>(id: usize, stream: S, wrap: fn(WatchEvent<K>) -> Incoming) -> BoxedTagged
 where
     S: Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
@@ -663,7 +786,9 @@ fn gated(stream: BoxedTagged, permits: Arc<Semaphore>) -> BoxedTagged {
             Err(_)
                 | Ok(Incoming::ConfigMap(WatchEvent::InitDone)
                     | Incoming::Secret(WatchEvent::InitDone)
-                    | Incoming::Workload(_, WatchEvent::InitDone))
+                    | Incoming::Workload(_, WatchEvent::InitDone)
+                    | Incoming::SpcPodStatus(WatchEvent::InitDone)
+                    | Incoming::SecretProviderClass(WatchEvent::InitDone))
         );
         let next = match permit {
             Some(permit) if !listed => Gate::Listing(stream, permit),

@@ -10,10 +10,14 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ByteString, NamespaceResourceScope};
+use kube::discovery::ApiResource;
 use serde::Deserialize;
+use serde_json::{Value, json};
+use tracing::warn;
 
 use crate::watch::{
     Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey, WorkloadKind,
+    WriteMethod,
 };
 
 /// Implement `kube::Resource` for a slim type so that `Api<T>` and the watcher can use it.
@@ -62,6 +66,52 @@ pub struct SlimSecret {
 }
 slim_resource!(SlimSecret, "", "v1", "Secret", "secrets");
 
+/// What the Secrets Store CSI driver reports per pod and SecretProviderClass: the versions of
+/// the objects it mounted. Rotation changes a version.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimSpcPodStatus {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: SpcPodStatusBody,
+}
+slim_resource!(
+    SlimSpcPodStatus,
+    "secrets-store.csi.x-k8s.io",
+    "v1",
+    "SecretProviderClassPodStatus",
+    "secretproviderclasspodstatuses"
+);
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpcPodStatusBody {
+    #[serde(default)]
+    pub secret_provider_class_name: String,
+    #[serde(default)]
+    pub objects: Vec<SpcObject>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SpcObject {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub version: String,
+}
+
+/// A SecretProviderClass: only its annotations matter (`ignore`, `match`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimSecretProviderClass {
+    pub metadata: ObjectMeta,
+}
+slim_resource!(
+    SlimSecretProviderClass,
+    "secrets-store.csi.x-k8s.io",
+    "v1",
+    "SecretProviderClass",
+    "secretproviderclasses"
+);
+
 /// Deployment, DaemonSet and StatefulSet share the `spec.template` shape.
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimDeployment {
@@ -86,6 +136,41 @@ pub struct SlimStatefulSet {
     pub spec: TemplateSpec,
 }
 slim_resource!(SlimStatefulSet, "apps", "v1", "StatefulSet", "statefulsets");
+
+/// Any other workload kind (CronJob, Job, Rollout, DeploymentConfig): metadata and the spec
+/// as JSON. The table ([`WorkloadKind::spec`]) says where the pod template sits in it, and the
+/// writer needs parts of it verbatim (a Job is created from a job template). The status is
+/// skipped while parsing.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimRaw {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Value,
+}
+
+impl kube::Resource for SlimRaw {
+    type DynamicType = ApiResource;
+    // Dynamic, as for `DynamicObject`: every kind in the table is namespaced.
+    type Scope = kube::core::DynamicResourceScope;
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&dt.kind)
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&dt.group)
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&dt.version)
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::Borrowed(&dt.plural)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
 
 /// A slim workload type: which kind it is and where its pod template sits.
 pub trait SlimWorkload:
@@ -249,16 +334,25 @@ pub struct Compactor {
     workload_keys: Arc<[String]>,
     ignore_key: Arc<str>,
     search_match_key: Arc<str>,
+    /// `--auto-reload-all`: any workload may reload, so every one keeps what its write needs.
+    raw_for_all: bool,
 }
+
+/// Labels the job controller puts on a Job and its template for one Job UID; a Job created
+/// again must not carry them (Reloader removes them from the template too).
+pub const JOB_UID_LABELS: [&str; 4] =
+    ["controller-uid", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "job-name"];
 
 impl Compactor {
     /// `workload_keys`: workload annotations worth keeping. `ignore_key` and
-    /// `search_match_key`: the resource annotations Reloader reads.
-    pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String) -> Self {
+    /// `search_match_key`: the resource annotations Reloader reads. `raw_for_all`: whether
+    /// workloads without any of those annotations may reload too (`--auto-reload-all`).
+    pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String, raw_for_all: bool) -> Self {
         Compactor {
             workload_keys: workload_keys.into(),
             ignore_key: ignore_key.into(),
             search_match_key: search_match_key.into(),
+            raw_for_all,
         }
     }
 
@@ -277,6 +371,20 @@ impl Compactor {
         self.resource_state(&secret.metadata, DataHash::of_secret(&data))
     }
 
+    /// Reloader's hash of a pod status: the same for every pod mounting the same versions.
+    pub fn spc_pod_status_hash(status: &SlimSpcPodStatus) -> DataHash {
+        let body = &status.status;
+        DataHash::of_secret_provider_class(
+            &body.secret_provider_class_name,
+            body.objects.iter().map(|o| (o.id.as_str(), o.version.as_str())),
+        )
+    }
+
+    /// The `ignore` and `match` annotations of a SecretProviderClass, on a state of `hash`.
+    pub fn secret_provider_class(&self, class: &SlimSecretProviderClass, hash: DataHash) -> ResourceState {
+        self.resource_state(&class.metadata, hash)
+    }
+
     fn resource_state(&self, meta: &ObjectMeta, hash: DataHash) -> ResourceState {
         let is_true = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
         ResourceState { hash, ignored: is_true(&self.ignore_key), search_match: is_true(&self.search_match_key) }
@@ -286,6 +394,43 @@ impl Compactor {
     pub fn compact<K: SlimWorkload>(&self, object: &K) -> Option<Workload> {
         let mut workload = self.workload(K::KIND, object.meta(), object.template())?;
         workload.paused = object.paused();
+        Some(workload)
+    }
+
+    /// The stored form of a workload of a kind read as [`SlimRaw`]; `None` without namespace
+    /// or name. A pod template that does not parse is logged and stored empty (such an object
+    /// can never reload, and the watch goes on).
+    pub fn compact_raw(&self, kind: WorkloadKind, object: &SlimRaw) -> Option<Workload> {
+        let template_json = kind.spec().template.iter().fold(&object.spec, |v, step| &v[*step]);
+        let template = if template_json.is_null() {
+            WirePodTemplate::default()
+        } else {
+            WirePodTemplate::deserialize(template_json).unwrap_or_else(|err| {
+                warn!(kind = kind.kind(), name = ?object.metadata.name, error = %err, "ignoring an unreadable pod template");
+                WirePodTemplate::default()
+            })
+        };
+        let mut workload = self.workload(kind, &object.metadata, &template)?;
+        let may_reload =
+            self.raw_for_all || !workload.annotations.is_empty() || !workload.template.annotations.is_empty();
+        if may_reload {
+            let raw = match kind.spec().write {
+                WriteMethod::CreateJob => object.spec["jobTemplate"].clone(),
+                WriteMethod::Recreate => {
+                    let meta = &object.metadata;
+                    json!({
+                        "metadata": {
+                            "labels": meta.labels, "annotations": meta.annotations,
+                            "ownerReferences": meta.owner_references
+                        },
+                        "spec": object.spec
+                    })
+                }
+                WriteMethod::MergePatch => template_json["spec"]["containers"].clone(),
+                WriteMethod::StrategicPatch => Value::Null,
+            };
+            workload.raw = (!raw.is_null()).then(|| Arc::from(raw.to_string()));
+        }
         Some(workload)
     }
 
@@ -308,6 +453,7 @@ impl Compactor {
                 volumes: template.spec.volumes.iter().map(volume).collect(),
             },
             paused: false,
+            raw: None,
         })
     }
 
@@ -376,6 +522,7 @@ mod tests {
             vec!["reloader.stakater.com/auto".into()],
             "reloader.stakater.com/ignore".into(),
             "reloader.stakater.com/match".into(),
+            false,
         )
     }
 

@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{LAST_RELOADED_FROM, env_var_name};
-use reloader_fleet::watch::{DataHash, ResourceKind};
+use reloader_fleet::watch::{DataHash, ResourceKind, WorkloadKind};
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,21 +14,37 @@ pub enum Kind {
     Deployment,
     DaemonSet,
     StatefulSet,
+    CronJob,
+    Job,
+    Rollout,
+    DeploymentConfig,
 }
 
+/// The kinds patched in place, which every reload-rule test covers.
 pub const ALL_KINDS: [Kind; 3] = [Kind::Deployment, Kind::DaemonSet, Kind::StatefulSet];
 
 impl Kind {
-    fn api_resource(self) -> ApiResource {
+    /// The controller's own table says where each kind lives.
+    fn workload_kind(self) -> WorkloadKind {
         match self {
-            Kind::Deployment => ApiResource::erase::<Deployment>(&()),
-            Kind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
-            Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+            Kind::Deployment => WorkloadKind::Deployment,
+            Kind::DaemonSet => WorkloadKind::DaemonSet,
+            Kind::StatefulSet => WorkloadKind::StatefulSet,
+            Kind::CronJob => WorkloadKind::CronJob,
+            Kind::Job => WorkloadKind::Job,
+            Kind::Rollout => WorkloadKind::Rollout,
+            Kind::DeploymentConfig => WorkloadKind::DeploymentConfig,
         }
     }
 
     pub fn api(self, client: &Client, ns: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), ns, &self.api_resource())
+        Api::namespaced_with(client.clone(), ns, &self.workload_kind().api_resource())
+    }
+
+    /// Where the pod template sits in an object of this kind.
+    pub fn template_pointer(self) -> String {
+        let path: Vec<&str> = self.workload_kind().spec().template.to_vec();
+        format!("/spec/{}", path.join("/"))
     }
 }
 
@@ -43,6 +58,7 @@ pub struct Workload {
     containers: Vec<Value>,
     init_containers: Vec<Value>,
     volumes: Vec<Value>,
+    suspended: bool,
 }
 
 impl Workload {
@@ -55,6 +71,7 @@ impl Workload {
             containers: vec![],
             init_containers: vec![],
             volumes: vec![],
+            suspended: false,
         }
     }
 
@@ -97,29 +114,40 @@ impl Workload {
 
     pub fn to_json(&self) -> Value {
         let labels = json!({ "app": self.name });
-        let template = json!({
+        let mut template = json!({
             "metadata": { "labels": labels, "annotations": self.template_annotations },
             "spec": { "containers": self.containers, "initContainers": self.init_containers, "volumes": self.volumes }
         });
-        let mut spec = json!({ "selector": { "matchLabels": labels }, "template": template });
-        match self.kind {
-            Kind::Deployment => spec["replicas"] = json!(1),
-            Kind::StatefulSet => {
-                spec["replicas"] = json!(1);
-                spec["serviceName"] = json!(self.name);
-            }
-            Kind::DaemonSet => {}
+        if matches!(self.kind, Kind::CronJob | Kind::Job) {
+            template["spec"]["restartPolicy"] = json!("Never");
         }
-        let (api_version, kind) = match self.kind {
-            Kind::Deployment => ("apps/v1", "Deployment"),
-            Kind::DaemonSet => ("apps/v1", "DaemonSet"),
-            Kind::StatefulSet => ("apps/v1", "StatefulSet"),
+        let selector = json!({ "matchLabels": labels });
+        let spec = match self.kind {
+            Kind::Deployment | Kind::Rollout => json!({ "replicas": 1, "selector": selector, "template": template }),
+            Kind::StatefulSet => {
+                json!({ "replicas": 1, "serviceName": self.name, "selector": selector, "template": template })
+            }
+            Kind::DaemonSet => json!({ "selector": selector, "template": template }),
+            Kind::DeploymentConfig => json!({ "replicas": 1, "selector": labels, "template": template }),
+            Kind::Job => json!({ "backoffLimit": 0, "template": template }),
+            Kind::CronJob => json!({
+                "schedule": "0 0 1 1 *",
+                "suspend": self.suspended,
+                "jobTemplate": { "metadata": { "labels": labels }, "spec": { "backoffLimit": 0, "template": template } }
+            }),
         };
+        let kind = self.kind.workload_kind();
         json!({
-            "apiVersion": api_version, "kind": kind,
+            "apiVersion": kind.api_version(), "kind": kind.kind(),
             "metadata": { "name": self.name, "annotations": self.annotations },
             "spec": spec
         })
+    }
+
+    /// A suspended CronJob (Reloader still creates its Job on a change).
+    pub fn suspended(mut self) -> Self {
+        self.suspended = true;
+        self
     }
 
     pub async fn create(&self, client: &Client, ns: &str) {
@@ -211,8 +239,14 @@ pub async fn recorded_env(
     rname: &str,
 ) -> Option<Recorded> {
     let w = workload_json(client, ns, kind, name).await;
+    recorded_env_in(&kind.template_pointer(), &w, rkind, rname)
+}
+
+/// The `STAKATER_*` record in an object's pod template (`template` at `pointer`).
+pub fn recorded_env_in(pointer: &str, object: &Value, rkind: ResourceKind, rname: &str) -> Option<Recorded> {
+    let template = object.pointer(pointer)?;
     let var = env_var_name(rname, rkind);
-    let containers = w["spec"]["template"]["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let containers = template["spec"]["containers"].as_array().cloned().unwrap_or_default();
     containers.iter().find_map(|c| {
         let env = c["env"].as_array()?;
         let value = env.iter().find(|e| e["name"] == var.as_str())?["value"].as_str()?.to_string();
@@ -222,7 +256,12 @@ pub async fn recorded_env(
 
 pub async fn recorded_annotation(client: &Client, ns: &str, kind: Kind, name: &str) -> Option<Value> {
     let w = workload_json(client, ns, kind, name).await;
-    let text = w["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM].as_str()?.to_string();
+    recorded_annotation_in(&kind.template_pointer(), &w)
+}
+
+/// The parsed `last-reloaded-from` of an object's pod template at `pointer`.
+pub fn recorded_annotation_in(pointer: &str, object: &Value) -> Option<Value> {
+    let text = object.pointer(pointer)?["metadata"]["annotations"][LAST_RELOADED_FROM].as_str()?.to_string();
     serde_json::from_str(&text).ok()
 }
 

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // Each test binary uses a different subset of these helpers.
 
 pub mod controller;
+pub mod crds;
 pub mod fixtures;
 pub mod proxy;
 pub mod scenario;

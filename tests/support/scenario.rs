@@ -8,7 +8,9 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind;
 
 use super::controller::Controller;
-use super::fixtures::{Kind, recorded_annotation, recorded_env};
+use serde_json::Value;
+
+use super::fixtures::{Kind, recorded_annotation_in, recorded_env_in, workload_json};
 use super::{wait_for, with_temp_ns};
 
 /// What a scenario body gets.
@@ -47,14 +49,28 @@ where
 }
 
 impl Ctx {
+    /// Start another controller scoped to this namespace with this strategy and `extra` flags
+    /// (as a restart of the scenario's controller would).
+    pub async fn start_controller(&self, name: &str, extra: &[&str]) -> Controller {
+        let ns = format!("--namespaces={}", self.ns);
+        let strategy = format!("--reload-strategy={}", self.strategy);
+        let mut args = vec![ns.as_str(), strategy.as_str()];
+        args.extend_from_slice(extra);
+        Controller::start(&format!("{}-{name}", self.ns), &self.ns, &args).await
+    }
+
     /// The hash the workload records for the resource, under this scenario's strategy.
     pub async fn recorded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str) -> Option<String> {
+        let object = workload_json(&self.client, &self.ns, kind, workload).await;
+        self.recorded_in(&object, &kind.template_pointer(), rkind, rname)
+    }
+
+    /// The hash the pod template at `pointer` in `object` records for the resource.
+    pub fn recorded_in(&self, object: &Value, pointer: &str, rkind: ResourceKind, rname: &str) -> Option<String> {
         match self.strategy {
-            Strategy::EnvVars => {
-                recorded_env(&self.client, &self.ns, kind, workload, rkind, rname).await.map(|r| r.hash)
-            }
+            Strategy::EnvVars => recorded_env_in(pointer, object, rkind, rname).map(|r| r.hash),
             Strategy::Annotations => {
-                let source = recorded_annotation(&self.client, &self.ns, kind, workload).await?;
+                let source = recorded_annotation_in(pointer, object)?;
                 (source["type"] == rkind.type_suffix() && source["name"] == rname)
                     .then(|| source["hash"].as_str().unwrap_or_default().to_string())
             }

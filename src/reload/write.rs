@@ -1,0 +1,305 @@
+//! Writing a reload, the way the kind table says for each kind. The strategy's patch is the
+//! same for every kind (rooted at `spec.template`, plus workload metadata); only how it
+//! reaches the cluster differs.
+//!
+//! ```text
+//!  strategic patch ─▶ StrategicPatch: PATCH it (Deployment, DaemonSet, StatefulSet)
+//!                  ─▶ MergePatch:     apply it to the stored containers, merge-PATCH with the
+//!                                     resourceVersion as precondition (+ restartAt) (Rollout, DC)
+//!                  ─▶ CreateJob:      apply it to the job template, POST a Job named after the
+//!                                     change, then record the hash on the CronJob's metadata
+//!                  ─▶ Recreate:       apply it to the Job's spec, DELETE (uid precondition), POST
+//! ```
+//! Every write is a no-op or a conflict when replayed: a CronJob's Job is named after the
+//! change (a second POST is `AlreadyExists`), and the other kinds record the hash in the object
+//! itself, which the strategy checks before planning a write.
+
+use std::time::Duration;
+
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::reload::engine::{API_TIMEOUT, FIELD_MANAGER, retry_delay};
+use crate::reload::{RELOADED_HASHES, ROLLOUT_STRATEGY, apply_strategic};
+use crate::watch::{
+    Compactor, JOB_UID_LABELS, SlimDaemonSet, SlimDeployment, SlimRaw, SlimStatefulSet, SlimWorkload, Workload,
+    WorkloadKey, WorkloadKind, WriteMethod,
+};
+
+/// Annotation Kubernetes puts on Jobs created by hand from a CronJob; Reloader sets it too.
+const INSTANTIATE: &str = "cronjob.kubernetes.io/instantiate";
+/// How long a Job created again waits for the deleted one's name to be free.
+const RECREATE_PATIENCE: Duration = Duration::from_secs(10);
+/// The longest CronJob name that leaves room for `-` and the change's 10 hex characters in a
+/// Job name (at most 63, because the job controller puts the name in a label).
+const JOB_NAME_PREFIX_MAX: usize = 52;
+
+/// The writes of reloads: one client, and the compactor that turns what the API server
+/// answers back into the stored form (so the engine sees its own write at once).
+pub(crate) struct Writes {
+    pub client: Client,
+    pub compactor: Compactor,
+}
+
+/// The outcome of one write: the workload as written (`None` when it no longer exists), or
+/// why it failed (retried by the engine).
+pub(crate) type WriteResult = Result<Option<Workload>, String>;
+
+impl Writes {
+    /// Write `patch` (from [`crate::reload::plan`]) onto `workload` the way its kind is written.
+    pub async fn write(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
+        let call = async {
+            match workload.key.kind.spec().write {
+                WriteMethod::StrategicPatch => self.strategic_patch(&workload.key, patch).await,
+                WriteMethod::MergePatch => self.merge_patch(workload, patch, now).await,
+                WriteMethod::CreateJob => self.create_job(workload, patch).await,
+                WriteMethod::Recreate => self.recreate(workload, patch).await,
+            }
+        };
+        match tokio::time::timeout(API_TIMEOUT + RECREATE_PATIENCE, call).await {
+            Err(_) => Err(format!("timed out after {:?}", API_TIMEOUT + RECREATE_PATIENCE)),
+            Ok(result) => result,
+        }
+    }
+
+    /// A strategic-merge PATCH (also the pause and resume of Deployments).
+    pub async fn strategic_patch(&self, key: &WorkloadKey, patch: &Value) -> WriteResult {
+        let result = match key.kind {
+            WorkloadKind::Deployment => self.patch_as::<SlimDeployment>(key, patch).await,
+            WorkloadKind::DaemonSet => self.patch_as::<SlimDaemonSet>(key, patch).await,
+            WorkloadKind::StatefulSet => self.patch_as::<SlimStatefulSet>(key, patch).await,
+            other => return Err(format!("{} takes no strategic-merge patch", other.kind())),
+        };
+        gone_is_none(result)
+    }
+
+    async fn patch_as<K: SlimWorkload>(
+        &self,
+        key: &WorkloadKey,
+        patch: &Value,
+    ) -> Result<Option<Workload>, kube::Error> {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &key.namespace);
+        let updated = timed(api.patch(&key.name, &params(), &Patch::Strategic(patch))).await?;
+        Ok(self.compactor.compact(&updated))
+    }
+
+    /// Custom resources: a merge patch of exactly the fields the strategy writes. The
+    /// containers list is replaced whole, so the patch carries the resourceVersion it was
+    /// computed from; a 409 means someone else wrote first and the engine decides again.
+    /// A Rollout annotated `rollout-strategy: restart` also gets `spec.restartAt` in the same
+    /// patch (Reloader v2's choice: the template keeps the record, so a replay writes nothing).
+    async fn merge_patch(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
+        let mut body = json!({ "metadata": { "resourceVersion": workload.resource_version } });
+        if let Some(annotations) = patch.pointer("/metadata/annotations") {
+            body["metadata"]["annotations"] = annotations.clone();
+        }
+        if let Some(annotations) = patch.pointer("/spec/template/metadata/annotations") {
+            body["spec"]["template"]["metadata"]["annotations"] = annotations.clone();
+        }
+        if let Some(containers) = patch.pointer("/spec/template/spec/containers") {
+            let mut current = stored_raw(workload)?;
+            apply_strategic(&mut current, containers);
+            body["spec"]["template"]["spec"]["containers"] = current;
+        }
+        if workload.key.kind == WorkloadKind::Rollout
+            && workload.annotations.get(ROLLOUT_STRATEGY).is_some_and(|s| s == "restart")
+        {
+            body["spec"]["restartAt"] = json!(now.round(jiff::Unit::Second).unwrap_or(now).to_string());
+        }
+        let api = self.raw_api(&workload.key);
+        let result = timed(api.patch(&workload.key.name, &params(), &Patch::Merge(&body))).await;
+        gone_is_none(result.map(|updated| self.compactor.compact_raw(workload.key.kind, &updated)))
+    }
+
+    /// A Job from the CronJob's job template, as Reloader creates it, named after the change
+    /// so that a replay finds it there (`AlreadyExists`) instead of creating a second one.
+    /// Then the CronJob's metadata records the hash; its spec is never touched.
+    async fn create_job(&self, cronjob: &Workload, patch: &Value) -> WriteResult {
+        let job_template = stored_raw(cronjob)?;
+        let mut spec = job_template["spec"].clone();
+        if let Some(template) = patch.pointer("/spec/template") {
+            apply_strategic(&mut spec["template"], template);
+        }
+        let mut annotations = json!({ INSTANTIATE: "manual" });
+        apply_strategic(&mut annotations, &job_template["metadata"]["annotations"]);
+        let name = &cronjob.key.name;
+        let job = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job_name(cronjob, patch),
+                "generateName": format!("{name}-"),
+                "namespace": cronjob.key.namespace.as_ref(),
+                "labels": job_template["metadata"]["labels"],
+                "annotations": annotations,
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "CronJob", "name": name.as_ref(), "uid": cronjob.uid,
+                    "controller": true, "blockOwnerDeletion": true
+                }]
+            },
+            "spec": spec
+        });
+        let job: DynamicObject = serde_json::from_value(job).map_err(|e| format!("building the Job: {e}"))?;
+        let jobs: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &cronjob.key.namespace, &WorkloadKind::Job.api_resource());
+        match timed(jobs.create(&post_params(), &job)).await {
+            Ok(_) => {}
+            // Created by an earlier attempt at this same change: only the record is missing.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(err.to_string()),
+        }
+        let record = json!({ "metadata": { "annotations": patch.pointer("/metadata/annotations") } });
+        let api = self.raw_api(&cronjob.key);
+        let result = timed(api.patch(name, &params(), &Patch::Merge(&record))).await;
+        gone_is_none(result.map(|updated| self.compactor.compact_raw(WorkloadKind::CronJob, &updated)))
+    }
+
+    /// A Job's template cannot change: delete it (only this very Job, by UID; its pods go in
+    /// the background) and create it again under the same name with the new template, without
+    /// what the API server fills in for one Job (uid, selector, the controller-uid labels).
+    async fn recreate(&self, job: &Workload, patch: &Value) -> WriteResult {
+        let stored = stored_raw(job)?;
+        let mut spec = stored["spec"].clone();
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("selector");
+            spec.remove("manualSelector");
+        }
+        if let Some(template) = patch.pointer("/spec/template") {
+            apply_strategic(&mut spec["template"], template);
+        }
+        let mut labels = stored["metadata"]["labels"].clone();
+        for label in JOB_UID_LABELS {
+            for map in [&mut labels, &mut spec["template"]["metadata"]["labels"]] {
+                if let Some(map) = map.as_object_mut() {
+                    map.remove(label);
+                }
+            }
+        }
+        let mut annotations = stored["metadata"]["annotations"].clone();
+        if let Some(record) = patch.pointer("/metadata/annotations") {
+            apply_strategic(&mut annotations, record);
+        }
+        let copy = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job.key.name.as_ref(),
+                "namespace": job.key.namespace.as_ref(),
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": stored["metadata"]["ownerReferences"]
+            },
+            "spec": spec
+        });
+        let copy: DynamicObject = serde_json::from_value(copy).map_err(|e| format!("building the Job: {e}"))?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &job.key.namespace, &WorkloadKind::Job.api_resource());
+        let delete = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions { uid: Some(job.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match timed(api.delete(&job.key.name, &delete)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(err) => return Err(err.to_string()),
+        }
+        // Deleted: from here on only a created copy keeps the Job, so creating it is retried
+        // here while the old one's name is still taken, not left to a later change.
+        let deadline = tokio::time::Instant::now() + RECREATE_PATIENCE;
+        let mut attempt = 0;
+        loop {
+            match timed(api.create(&post_params(), &copy)).await {
+                Ok(created) => {
+                    let raw: SlimRaw = serde_json::to_value(created)
+                        .and_then(serde_json::from_value)
+                        .map_err(|e| format!("reading the created Job: {e}"))?;
+                    return Ok(self.compactor.compact_raw(WorkloadKind::Job, &raw));
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 && tokio::time::Instant::now() < deadline => {
+                    attempt += 1;
+                    tokio::time::sleep(retry_delay(attempt).min(Duration::from_secs(1))).await;
+                }
+                Err(err) => return Err(format!("the Job was deleted but creating it again failed: {err}")),
+            }
+        }
+    }
+
+    fn raw_api(&self, key: &WorkloadKey) -> Api<SlimRaw> {
+        Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource())
+    }
+}
+
+/// The name of the Job a change makes of a CronJob: the CronJob's name and 10 hex characters
+/// of the CronJob's UID, its record before the change and the record the change writes. The
+/// same change gives the same name; a later change back to an earlier hash gives a new one.
+fn job_name(cronjob: &Workload, patch: &Value) -> String {
+    let mut hasher = Sha1::new();
+    hasher.update(cronjob.uid.as_bytes());
+    hasher.update(cronjob.annotations.get(RELOADED_HASHES).map(String::as_str).unwrap_or_default().as_bytes());
+    hasher.update(patch.pointer("/metadata/annotations").map(Value::to_string).unwrap_or_default().as_bytes());
+    let digest: String = hasher.finalize().iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let prefix: String = cronjob.key.name.chars().take(JOB_NAME_PREFIX_MAX).collect();
+    format!("{}-{digest}", prefix.trim_end_matches(['-', '.']))
+}
+
+fn stored_raw(workload: &Workload) -> Result<Value, String> {
+    let raw = workload.raw.as_deref().ok_or_else(|| format!("{} has no stored template to write", workload.key))?;
+    serde_json::from_str(raw).map_err(|e| format!("the stored template of {} is unreadable: {e}", workload.key))
+}
+
+fn params() -> PatchParams {
+    PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PatchParams::default() }
+}
+
+fn post_params() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PostParams::default() }
+}
+
+async fn timed<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
+    match tokio::time::timeout(API_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(format!("timed out after {API_TIMEOUT:?}").into())),
+    }
+}
+
+/// A 404 means the workload is gone: nothing to write, nothing to retry.
+fn gone_is_none(result: Result<Option<Workload>, kube::Error>) -> WriteResult {
+    match result {
+        Ok(updated) => Ok(updated),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::PodTemplate;
+    use std::collections::BTreeMap;
+
+    fn cronjob(name: &str) -> Workload {
+        Workload {
+            key: WorkloadKey { kind: WorkloadKind::CronJob, namespace: "ns".into(), name: name.into() },
+            uid: "uid-1".into(),
+            resource_version: "1".into(),
+            annotations: BTreeMap::new(),
+            template: PodTemplate::default(),
+            paused: false,
+            raw: None,
+        }
+    }
+
+    #[test]
+    fn a_change_names_its_job_and_the_name_fits_a_label() {
+        let record = |h: &str| json!({ "metadata": { "annotations": { "r": h } } });
+        let name = job_name(&cronjob("nightly"), &record("a"));
+        assert_eq!(name, job_name(&cronjob("nightly"), &record("a")), "a replay gives the same name");
+        assert_ne!(name, job_name(&cronjob("nightly"), &record("b")));
+        assert!(name.starts_with("nightly-") && name.len() == "nightly-".len() + 10, "{name}");
+        let long = job_name(&cronjob(&"x".repeat(52)), &record("a"));
+        assert_eq!(long.len(), 63);
+    }
+}

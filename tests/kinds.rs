@@ -1,0 +1,415 @@
+//! The kinds beyond Deployments, DaemonSets and StatefulSets, on the real API server: CronJobs
+//! (a Job per change), Jobs (created again), Argo Rollouts, OpenShift DeploymentConfigs, and
+//! Secrets Store CSI rotations, each with both strategies where Reloader has both.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use reloader_fleet::reload::{RELOADED_HASHES, Strategy};
+use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec, SecretProviderClass as Spc};
+use reloader_fleet::watch::{DataHash, ResourceKind};
+use serde_json::{Value, json};
+use support::crds;
+use support::fixtures::{
+    Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret, secret_hash,
+    workload_json,
+};
+use support::scenario::{Ctx, scenario, wait_stored};
+use support::wait_for;
+
+const STRATEGIES: [Strategy; 2] = [Strategy::EnvVars, Strategy::Annotations];
+const CHECKPOINT: &str = "reloader-fleet-checkpoint";
+
+/// One container `app` using ConfigMap `cm` (envFrom) and Secret `secret` (a mounted volume).
+fn uses_both(w: Workload, cm: &str, secret: &str) -> Workload {
+    w.container(json!({
+        "name": "app",
+        "envFrom": [{ "configMapRef": { "name": cm } }],
+        "volumeMounts": [{ "name": "secret", "mountPath": "/secret" }]
+    }))
+    .volume(json!({ "name": "secret", "secret": { "secretName": secret } }))
+}
+
+/// The Jobs whose controller is the CronJob `cronjob`.
+async fn jobs_of(client: &Client, ns: &str, cronjob: &str) -> Vec<Value> {
+    let jobs = Kind::Job.api(client, ns).list(&ListParams::default()).await.expect("list Jobs");
+    jobs.items
+        .into_iter()
+        .map(|j| serde_json::to_value(j).expect("Job to JSON"))
+        .filter(|j| {
+            j["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(|r| r["name"] == cronjob && r["controller"] == true))
+        })
+        .collect()
+}
+
+/// Wait until CronJob `cronjob` has exactly `count` Jobs, one of them recording `hash` for the
+/// resource (creation times have whole seconds: two Jobs may not sort by age).
+async fn wait_jobs(ctx: &Ctx, cronjob: &str, count: usize, rkind: ResourceKind, rname: &str, hash: &str) {
+    let what = format!("CronJob {cronjob} to have {count} Job(s), one recording {rname} = {hash}");
+    wait_for(&what, || async {
+        let jobs = jobs_of(&ctx.client, &ctx.ns, cronjob).await;
+        let recorded = jobs.iter().any(|j| ctx.recorded_in(j, "/spec/template", rkind, rname).as_deref() == Some(hash));
+        (jobs.len() == count && recorded).then_some(())
+    })
+    .await
+}
+
+/// Put an older hash of ConfigMap `name` into the stopped controller's checkpoint, as a crash
+/// before the checkpoint was saved would leave it: the next start replays that change.
+async fn make_checkpoint_stale(ctx: &Ctx, name: &str, old_hash: &str) {
+    let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.ns);
+    let current = api.get(CHECKPOINT).await.expect("the checkpoint exists");
+    let text = current.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default();
+    let prefix = format!("C {} {name} ", ctx.ns);
+    let stale: Vec<String> = text
+        .lines()
+        .map(|l| if l.starts_with(&prefix) { format!("{prefix}{}", &old_hash[..16]) } else { l.to_string() })
+        .collect();
+    assert!(text.contains(&prefix), "the checkpoint must hold a line for {name}:\n{text}");
+    api.patch(
+        CHECKPOINT,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "data": { "checkpoint": stale.join("\n") } })),
+    )
+    .await
+    .expect("patch the checkpoint");
+}
+
+#[tokio::test]
+async fn a_cronjob_gets_one_job_per_change_also_when_suspended_and_after_a_restart_or_replay() {
+    for strategy in STRATEGIES {
+        scenario("cronjobs", strategy, &[], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            patch_configmap(
+                c,
+                ns,
+                "app-config",
+                json!({ "metadata": { "annotations": { "reloader.stakater.com/match": "true" } } }),
+            )
+            .await;
+            create_secret(c, ns, "app-secret", &[("password", "a")]).await;
+            let cj = |name: &str| Workload::new(Kind::CronJob, name);
+            uses_both(cj("auto").auto(), "app-config", "app-secret").create(c, ns).await;
+            uses_both(cj("suspended").auto().suspended(), "app-config", "app-secret").create(c, ns).await;
+            cj("typed")
+                .annotate("configmap.reloader.stakater.com/auto", "true")
+                .env_from_configmap("app-config")
+                .create(c, ns)
+                .await;
+            cj("explicit")
+                .annotate("configmap.reloader.stakater.com/reload", "app-.*")
+                .container(json!({ "name": "plain" }))
+                .create(c, ns)
+                .await;
+            cj("search")
+                .annotate("reloader.stakater.com/search", "true")
+                .env_from_configmap("app-config")
+                .create(c, ns)
+                .await;
+            cj("excluded")
+                .auto()
+                .annotate("configmaps.exclude.reloader.stakater.com/reload", "app-config")
+                .env_from_configmap("app-config")
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 6).await;
+
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+            let b = cm_hash(&[("mode", "b")]);
+            for name in ["auto", "suspended", "typed", "explicit", "search"] {
+                wait_jobs(&ctx, name, 1, Cm, "app-config", &b).await;
+            }
+            // The candidates of one change are decided in one pass: "excluded" was decided too.
+            assert!(jobs_of(c, ns, "excluded").await.is_empty(), "an excluded ConfigMap must create no Job");
+
+            let job = &jobs_of(c, ns, "auto").await[0];
+            let meta = &job["metadata"];
+            assert_eq!(meta["generateName"], "auto-");
+            assert!(meta["name"].as_str().is_some_and(|n| n.starts_with("auto-")));
+            assert_eq!(meta["annotations"]["cronjob.kubernetes.io/instantiate"], "manual");
+            assert_eq!(meta["labels"]["app"], "auto", "labels come from the job template");
+            let owner = &meta["ownerReferences"][0];
+            assert_eq!((owner["kind"].as_str(), owner["apiVersion"].as_str()), (Some("CronJob"), Some("batch/v1")));
+            assert_eq!(owner["blockOwnerDeletion"], true);
+            let cronjob = workload_json(c, ns, Kind::CronJob, "suspended").await;
+            assert_eq!(cronjob["metadata"]["generation"], 1, "the CronJob's spec is never changed");
+            assert_eq!(cronjob["spec"]["suspend"], true);
+            assert!(cronjob["metadata"]["annotations"][RELOADED_HASHES].as_str().is_some_and(|r| r.contains(&b)));
+
+            // A restart, and a replay of the change from a stale checkpoint: no second Job.
+            controller.stop().await;
+            make_checkpoint_stale(&ctx, "app-config", &cm_hash(&[("mode", "a")])).await;
+            let controller = ctx.start_controller("again", &[]).await;
+            // Ready means the take-up (and its replay) is done; a Secret change then makes the
+            // second Job of exactly the CronJobs that use the Secret.
+            patch_secret(c, ns, "app-secret", json!({ "stringData": { "password": "b" } })).await;
+            let s = secret_hash(&[("password", "b")]);
+            wait_jobs(&ctx, "auto", 2, Sec, "app-secret", &s).await;
+            wait_jobs(&ctx, "suspended", 2, Sec, "app-secret", &s).await;
+            for (name, count) in [("typed", 1), ("explicit", 1), ("search", 1), ("excluded", 0)] {
+                assert_eq!(jobs_of(c, ns, name).await.len(), count, "CronJob {name} after a restart and a replay");
+            }
+            controller
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_job_is_created_again_under_its_name_and_a_replay_recreates_nothing() {
+    for strategy in STRATEGIES {
+        scenario("jobs", strategy, &[], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            create_secret(c, ns, "app-secret", &[("password", "a")]).await;
+            Workload::new(Kind::Job, "worker").auto().env_from_configmap("app-config").create(c, ns).await;
+            Workload::new(Kind::Job, "valuefrom")
+                .auto()
+                .container(json!({ "name": "app", "env": [{ "name": "P", "valueFrom": { "secretKeyRef": { "name": "app-secret", "key": "password" } } }] }))
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 2).await;
+            let uid = |job: &Value| job["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+            let first_uid = uid(&workload_json(c, ns, Kind::Job, "worker").await);
+
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+            let b = cm_hash(&[("mode", "b")]);
+            let job = wait_for("Job worker to be created again recording the new hash", || async {
+                let job = serde_json::to_value(Kind::Job.api(c, ns).get_opt("worker").await.ok()??).ok()?;
+                (uid(&job) != first_uid && ctx.recorded_in(&job, "/spec/template", Cm, "app-config").as_deref() == Some(b.as_str()))
+                    .then_some(job)
+            })
+            .await;
+            let labels = &job["spec"]["template"]["metadata"]["labels"];
+            assert_eq!(labels["batch.kubernetes.io/controller-uid"].as_str(), Some(uid(&job).as_str()), "selector labels are the new Job's");
+            assert_eq!(labels["app"], "worker", "the template's own labels are kept");
+            patch_secret(c, ns, "app-secret", json!({ "stringData": { "password": "b" } })).await;
+            ctx.wait_reloaded(Kind::Job, "valuefrom", Sec, "app-secret", &secret_hash(&[("password", "b")])).await;
+
+            controller.stop().await;
+            make_checkpoint_stale(&ctx, "app-config", &cm_hash(&[("mode", "a")])).await;
+            let controller = ctx.start_controller("again", &[]).await;
+            // Ready: the replay of the stale checkpoint is done, and it found the hash recorded.
+            let after = workload_json(c, ns, Kind::Job, "worker").await;
+            assert_eq!(uid(&after), uid(&job), "a replayed change must not create the Job again");
+            controller
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn rollouts_reload_by_template_or_restart_and_catch_up_after_downtime() {
+    let client = support::client().await;
+    crds::install(&client, &[crds::ROLLOUT]).await;
+    for strategy in STRATEGIES {
+        scenario("rollouts", strategy, &["--is-Argo-Rollouts=true"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            Workload::new(Kind::Rollout, "canary").auto().env_from_configmap("app-config").create(c, ns).await;
+            Workload::new(Kind::Rollout, "restarted")
+                .auto()
+                .annotate("reloader.stakater.com/rollout-strategy", "restart")
+                .env_from_configmap("app-config")
+                .create(c, ns)
+                .await;
+            wait_stored(&controller, 2).await;
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+            let b = cm_hash(&[("mode", "b")]);
+            ctx.wait_reloaded(Kind::Rollout, "canary", Cm, "app-config", &b).await;
+            ctx.wait_reloaded(Kind::Rollout, "restarted", Cm, "app-config", &b).await;
+            let restarted = workload_json(c, ns, Kind::Rollout, "restarted").await;
+            assert!(restarted["spec"]["restartAt"].is_string(), "restart sets spec.restartAt");
+            let canary = workload_json(c, ns, Kind::Rollout, "canary").await;
+            assert!(canary["spec"]["restartAt"].is_null(), "the default strategy changes only the template");
+
+            // A change made while no controller runs is acted on once when one returns.
+            controller.stop().await;
+            let before = generation(c, ns, Kind::Rollout, "canary").await;
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "c" } })).await;
+            let controller = ctx.start_controller("again", &["--is-Argo-Rollouts=true"]).await;
+            ctx.wait_reloaded(Kind::Rollout, "canary", Cm, "app-config", &cm_hash(&[("mode", "c")])).await;
+            ctx.wait_reloaded(Kind::Rollout, "restarted", Cm, "app-config", &cm_hash(&[("mode", "c")])).await;
+            assert_eq!(
+                generation(c, ns, Kind::Rollout, "canary").await,
+                before + 1,
+                "exactly one write for the change"
+            );
+            controller
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn deploymentconfigs_roll_when_enabled_or_detected_and_are_skipped_when_not_served() {
+    let client = support::client().await;
+    // Only this test touches the DeploymentConfig CRD (CRDs are cluster-wide).
+    crds::uninstall(&client, "deploymentconfigs.apps.openshift.io").await;
+    scenario("dc-absent", Strategy::EnvVars, &["--is-openshift=auto"], |ctx, controller| async move {
+        // Ready without the CRD: nothing was watched that cannot be listed.
+        let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+        assert!(log.contains("watching these workload kinds") && !log.contains("DeploymentConfig]"), "{log}");
+        let _ = ctx;
+        controller
+    })
+    .await;
+    crds::install_yaml(&client, crds::DEPLOYMENT_CONFIG).await;
+    for flag in ["--is-openshift=true", "--is-openshift="] {
+        scenario("dc", Strategy::EnvVars, &[flag], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            Workload::new(Kind::DeploymentConfig, "legacy").auto().env_from_configmap("app-config").create(c, ns).await;
+            wait_stored(&controller, 1).await;
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+            ctx.wait_reloaded(Kind::DeploymentConfig, "legacy", Cm, "app-config", &cm_hash(&[("mode", "b")])).await;
+            assert_eq!(generation(c, ns, Kind::DeploymentConfig, "legacy").await, 2, "one write ({flag})");
+            controller
+        })
+        .await;
+    }
+}
+
+fn spc_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: "secrets-store.csi.x-k8s.io".into(),
+        version: "v1".into(),
+        api_version: "secrets-store.csi.x-k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Create a SecretProviderClass, annotated as given.
+async fn create_class(client: &Client, ns: &str, name: &str, annotations: Value) {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClass",
+        "metadata": { "name": name, "annotations": annotations },
+        "spec": { "provider": "vault", "parameters": { "roleName": "app" } }
+    }))
+    .expect("class JSON");
+    let api = spc_api(client, ns, "SecretProviderClass", "secretproviderclasses");
+    api.create(&PostParams::default(), &object).await.expect("create the SecretProviderClass");
+}
+
+/// Write the pod status of `pod` for `class` as the CSI driver does, reporting `version`.
+async fn report(client: &Client, ns: &str, pod: &str, class: &str, version: &str) {
+    let api = spc_api(client, ns, "SecretProviderClassPodStatus", "secretproviderclasspodstatuses");
+    let name = format!("{pod}-{ns}-{class}");
+    let object = json!({
+        "apiVersion": "secrets-store.csi.x-k8s.io/v1", "kind": "SecretProviderClassPodStatus",
+        "metadata": { "name": name, "labels": { "secrets-store.csi.k8s.io/node-name": "fake-node-0" } },
+        "status": { "podName": pod, "secretProviderClassName": class, "mounted": true, "targetPath": "/var/lib/kubelet",
+                    "objects": [{ "id": "secret/password", "version": version }] }
+    });
+    let params = PatchParams::apply("secrets-store-csi-driver").force();
+    api.patch(&name, &params, &Patch::Apply(&object)).await.expect("write the pod status");
+}
+
+fn spc_hash(class: &str, version: &str) -> String {
+    DataHash::of_secret_provider_class(class, [("secret/password", version)]).to_string()
+}
+
+#[tokio::test]
+async fn a_csi_rotation_reported_by_five_pods_rolls_the_workload_once() {
+    let client = support::client().await;
+    crds::install(&client, &crds::SECRETS_STORE).await;
+    for strategy in STRATEGIES {
+        scenario("csi", strategy, &["--enable-csi-integration"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_class(c, ns, "vault", json!({})).await;
+            create_class(c, ns, "quiet", json!({ "reloader.stakater.com/ignore": "true" })).await;
+            let mounts = |w: Workload, class: &str| {
+                w.container(
+                    json!({ "name": "app", "volumeMounts": [{ "name": "secrets", "mountPath": "/mnt/secrets" }] }),
+                )
+                .volume(json!({ "name": "secrets", "csi": { "driver": "secrets-store.csi.k8s.io", "readOnly": true,
+                                   "volumeAttributes": { "secretProviderClass": class } } }))
+            };
+            mounts(
+                Workload::new(Kind::Deployment, "web")
+                    .annotate("secretproviderclass.reloader.stakater.com/auto", "true"),
+                "vault",
+            )
+            .create(c, ns)
+            .await;
+            mounts(Workload::new(Kind::Deployment, "ignored").auto(), "quiet").create(c, ns).await;
+            for pod in 0..5 {
+                report(c, ns, &format!("web-{pod}"), "vault", "v1").await;
+            }
+            report(c, ns, "ignored-0", "quiet", "v1").await;
+            wait_stored(&controller, 2).await;
+            wait_for("the controller to store both classes' states", || async {
+                (controller.metric("reloader_store_objects{kind=\"resources\"}").await >= 2.0).then_some(())
+            })
+            .await;
+            let skipped = "reloader_skipped_total{reason=\"no_data_change\"}";
+            let skipped_before = controller.metric(skipped).await;
+
+            // A label-only change of a pod status is no rotation.
+            let api = spc_api(c, ns, "SecretProviderClassPodStatus", "secretproviderclasspodstatuses");
+            api.patch(
+                &format!("web-0-{ns}-vault"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } })),
+            )
+            .await
+            .expect("label a pod status");
+            // The ignored class rotates first: the same watch delivers its update before the others.
+            report(c, ns, "ignored-0", "quiet", "v2").await;
+            for pod in 0..5 {
+                report(c, ns, &format!("web-{pod}"), "vault", "v2").await;
+            }
+            let v2 = spc_hash("vault", "v2");
+            ctx.wait_reloaded(Kind::Deployment, "web", Spc, "vault", &v2).await;
+            // The four later reports of the same rotation are each a change already acted on.
+            wait_for("the four other pods' reports to be handled", || async {
+                (controller.metric(skipped).await >= skipped_before + 4.0).then_some(())
+            })
+            .await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, 2, "five reports of one rotation roll once");
+            assert_eq!(generation(c, ns, Kind::Deployment, "ignored").await, 1, "an ignored class rolls nothing");
+            let env = ctx.recorded(Kind::Deployment, "web", Spc, "vault").await;
+            if strategy == Strategy::EnvVars {
+                let object = workload_json(c, ns, Kind::Deployment, "web").await;
+                let names: BTreeMap<String, Value> = object["spec"]["template"]["spec"]["containers"][0]["env"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e["value"].clone()))
+                    .collect();
+                assert_eq!(names.get("STAKATER_VAULT_SECRETPROVIDERCLASS"), Some(&json!(v2)), "{names:?}");
+            }
+            assert_eq!(env.as_deref(), Some(v2.as_str()));
+            controller
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn without_the_csi_flag_nothing_csi_is_watched() {
+    let client = support::client().await;
+    crds::install(&client, &crds::SECRETS_STORE).await;
+    scenario("csi-off", Strategy::EnvVars, &[], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_class(c, ns, "vault", json!({})).await;
+        report(c, ns, "web-0", "vault", "v1").await;
+        report(c, ns, "web-0", "vault", "v2").await;
+        // The other watches are running (a ConfigMap is stored); a CSI one would count its events.
+        create_configmap(c, ns, "sentinel", &[("k", "v")]).await;
+        support::scenario::wait_stored_resources(&controller, 1).await;
+        let metrics = controller.metrics().await;
+        assert!(!metrics.contains("secretproviderclasspodstatuses"), "no CSI events may be received:\n{metrics}");
+        controller
+    })
+    .await;
+}
