@@ -310,13 +310,51 @@ async fn served_kinds(
             continue;
         }
         let spec = kind.spec();
-        if is_served(client, &kind.api_version(), spec.plural).await {
+        if !is_served(client, &kind.api_version(), spec.plural).await {
+            if let Some(flag) = asked {
+                warn!(kind = spec.kind, flag, api = %kind.api_version(), "the flag asks for this kind but the API server does not serve it; not watching it");
+            }
+        } else if asked.is_none() && !may_watch(client, spec.group, spec.plural).await {
+            // Detected, not asked for: without the RBAC to watch it the controller would never
+            // be ready (OpenShift serves DeploymentConfigs to installs that grant no access).
+            warn!(kind = spec.kind, api = %kind.api_version(), "detected, but this service account may not list and watch it; not watching it (set --is-openshift=true and grant the RBAC to roll it)");
+        } else {
             out.push(kind);
-        } else if let Some(flag) = asked {
-            warn!(kind = spec.kind, flag, api = %kind.api_version(), "the flag asks for this kind but the API server does not serve it; not watching it");
         }
     }
     out
+}
+
+/// Whether this client may list and watch `plural` of `group` in every namespace (a
+/// SelfSubjectAccessReview each, which any authenticated user may create).
+async fn may_watch(client: &kube::Client, group: &str, plural: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    for verb in ["list", "watch"] {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_string()),
+                    resource: Some(plural.to_string()),
+                    verb: Some(verb.to_string()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        match api.create(&kube::api::PostParams::default(), &review).await {
+            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) => return false,
+            Err(err) => {
+                warn!(error = %err, "an access review failed; taking the access as denied");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Whether the API server serves `plural` in `api_version` (discovery; an error counts as no).

@@ -160,6 +160,56 @@ async fn delete_namespaces(client: &kube::Client, namespaces: &[String]) {
 }
 
 #[tokio::test]
+async fn cronjobs_and_jobs_are_served_once_per_change_across_a_sigterm() {
+    with_temp_ns("fleet-kinds", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        for ns in &namespaces {
+            Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("cm").create(&client, ns).await;
+            Workload::new(Kind::Job, "batch").auto().env_from_configmap("cm").create(&client, ns).await;
+        }
+        let a = start(&home, &format!("{home}-a"), &label).await;
+        let b = start(&home, &format!("{home}-b"), &label).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        let mut b = Some(b);
+        let ctx = |ns: &String| Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        let jobs_of = |ns: String| {
+            let client = client.clone();
+            async move {
+                let jobs = Kind::Job.api(&client, &ns).list(&Default::default()).await.expect("list Jobs");
+                let owned = jobs.items.iter().filter(|j| {
+                    j.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|r| r.name == "nightly"))
+                });
+                owned.count()
+            }
+        };
+        for (round, value) in ["1", "2"].into_iter().enumerate() {
+            if round == 1
+                && let Some(b) = b.take()
+            {
+                b.stop().await;
+                wait_for("a to hold every shard", || async {
+                    (a.metric("reloader_shards_active").await == 16.0).then_some(())
+                })
+                .await;
+            }
+            update_all(&client, &namespaces, value).await;
+            for ns in &namespaces {
+                ctx(ns).wait_reloaded(Kind::Job, "batch", Cm, "cm", &cm_hash(&[("k", value)])).await;
+                wait_for(&format!("CronJob nightly in {ns} to have {} Jobs", round + 1), || async {
+                    let count = jobs_of(ns.clone()).await;
+                    assert!(count <= round + 1, "{ns}: {count} Jobs for {} changes", round + 1);
+                    (count == round + 1).then_some(())
+                })
+                .await;
+            }
+        }
+        a.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_replica_cut_off_from_the_api_server_stops_acting_before_another_takes_over() {
     with_temp_ns("fleet-cut", |client, home| async move {
         let (label, namespaces) = served_namespaces(&client, &home).await;
@@ -235,12 +285,14 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
         let (_, namespaces) = served_namespaces(&client, &home).await;
         let scope = format!("--namespaces={}", namespaces.join(","));
         let kubeconfig = support::kubeconfig_path();
-        let a = start_with(&home, &format!("{home}-a"), &[&scope], &kubeconfig).await;
-        let b = start_with(&home, &format!("{home}-b"), &[&scope], &kubeconfig).await;
+        // DeploymentConfigs off: whether their CRD is installed depends on other tests.
+        let args = [scope.as_str(), "--is-openshift=false"];
+        let a = start_with(&home, &format!("{home}-a"), &args, &kubeconfig).await;
+        let b = start_with(&home, &format!("{home}-b"), &args, &kubeconfig).await;
         wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
-        // One watch per kind (ConfigMap, Secret, Deployment, DaemonSet, StatefulSet) and owned
-        // namespace: together the two replicas watch each namespace once.
-        let all = NAMESPACES as f64 * 5.0;
+        // One watch per kind (ConfigMap, Secret, Deployment, DaemonSet, StatefulSet, CronJob,
+        // Job) and owned namespace: together the two replicas watch each namespace once.
+        let all = NAMESPACES as f64 * 7.0;
         wait_for("each namespace watched by one replica", || async {
             let total = a.metric("reloader_watch_streams").await + b.metric("reloader_watch_streams").await;
             (total == all).then_some(())

@@ -262,15 +262,15 @@ async fn deploymentconfigs_roll_when_enabled_or_detected_and_are_skipped_when_no
     })
     .await;
     crds::install_yaml(&client, crds::DEPLOYMENT_CONFIG).await;
-    for flag in ["--is-openshift=true", "--is-openshift="] {
-        scenario("dc", Strategy::EnvVars, &[flag], |ctx, controller| async move {
-            let (c, ns) = (&ctx.client, ctx.ns.as_str());
-            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
-            Workload::new(Kind::DeploymentConfig, "legacy").auto().env_from_configmap("app-config").create(c, ns).await;
-            wait_stored(&controller, 1).await;
-            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
-            ctx.wait_reloaded(Kind::DeploymentConfig, "legacy", Cm, "app-config", &cm_hash(&[("mode", "b")])).await;
-            assert_eq!(generation(c, ns, Kind::DeploymentConfig, "legacy").await, 2, "one write ({flag})");
+    // Enabled by the flag and by detection; every rule, both strategies.
+    for (flag, strategy) in [("--is-openshift=true", Strategy::EnvVars), ("--is-openshift=", Strategy::Annotations)] {
+        scenario("dc", strategy, &[flag], |ctx, controller| async move {
+            every_rule_applies_to(&ctx, &controller, Kind::DeploymentConfig).await;
+            assert_eq!(
+                generation(&ctx.client, &ctx.ns, Kind::DeploymentConfig, "auto").await,
+                3,
+                "one write per change ({flag})"
+            );
             controller
         })
         .await;
@@ -323,7 +323,10 @@ async fn a_csi_rotation_reported_by_five_pods_rolls_the_workload_once() {
     let client = support::client().await;
     crds::install(&client, &crds::SECRETS_STORE).await;
     for strategy in STRATEGIES {
-        scenario("csi", strategy, &["--enable-csi-integration"], |ctx, controller| async move {
+        // Pod statuses carry no user labels: the resource label selector must not filter them
+        // (with Reloader v1 it silently turns CSI reloads off).
+        let args = ["--enable-csi-integration", "--resource-label-selector=team=payments"];
+        scenario("csi", strategy, &args, |ctx, controller| async move {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_class(c, ns, "vault", json!({})).await;
             create_class(c, ns, "quiet", json!({ "reloader.stakater.com/ignore": "true" })).await;
@@ -412,4 +415,136 @@ async fn without_the_csi_flag_nothing_csi_is_watched() {
         controller
     })
     .await;
+}
+
+#[tokio::test]
+async fn ignored_workload_types_leave_cronjobs_and_jobs_alone() {
+    for (types, jobs_roll) in [("cronjobs", true), ("jobs,cronjobs", false)] {
+        let flag = format!("--ignored-workload-types={types}");
+        scenario("ignored-types", Strategy::EnvVars, &[flag.as_str()], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("app-config").create(c, ns).await;
+            Workload::new(Kind::Job, "batch").auto().env_from_configmap("app-config").create(c, ns).await;
+            Workload::new(Kind::Deployment, "sentinel").auto().env_from_configmap("app-config").create(c, ns).await;
+            // Ignored kinds are not even watched.
+            wait_stored(&controller, if jobs_roll { 2 } else { 1 }).await;
+            let uid = workload_json(c, ns, Kind::Job, "batch").await["metadata"]["uid"].clone();
+            patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+            let b = cm_hash(&[("mode", "b")]);
+            ctx.wait_reloaded(Kind::Deployment, "sentinel", Cm, "app-config", &b).await;
+            if jobs_roll {
+                ctx.wait_reloaded(Kind::Job, "batch", Cm, "app-config", &b).await;
+            } else {
+                assert_eq!(workload_json(c, ns, Kind::Job, "batch").await["metadata"]["uid"], uid, "{types}: Job kept");
+            }
+            assert!(jobs_of(c, ns, "nightly").await.is_empty(), "{types}: no Job for an ignored CronJob");
+            controller
+        })
+        .await;
+    }
+}
+
+/// Whether workload `name` of `kind` records `hash` for the resource: in its pod template, or
+/// for a CronJob in one of its Jobs.
+async fn has_recorded(ctx: &Ctx, kind: Kind, name: &str, rkind: ResourceKind, rname: &str, hash: &str) -> bool {
+    if kind == Kind::CronJob {
+        let jobs = jobs_of(&ctx.client, &ctx.ns, name).await;
+        return jobs.iter().any(|j| ctx.recorded_in(j, "/spec/template", rkind, rname).as_deref() == Some(hash));
+    }
+    ctx.recorded(kind, name, rkind, rname).await.as_deref() == Some(hash)
+}
+
+async fn wait_recorded(ctx: &Ctx, kind: Kind, name: &str, rkind: ResourceKind, rname: &str, hash: &str) {
+    wait_for(&format!("{kind:?} {name} to record {rname} = {hash}"), || async {
+        has_recorded(ctx, kind, name, rkind, rname, hash).await.then_some(())
+    })
+    .await;
+}
+
+/// Reloader's rules on one kind: auto, typed auto, an explicit list, search + match, the
+/// exclude list and `ignore` on the resource, for a ConfigMap and a Secret change. The
+/// negatives are checked once a positive of the same change (or of a later one, in the same
+/// watch) shows the change handled.
+async fn every_rule_applies_to(ctx: &Ctx, controller: &support::controller::Controller, kind: Kind) {
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+    patch_configmap(
+        c,
+        ns,
+        "app-config",
+        json!({ "metadata": { "annotations": { "reloader.stakater.com/match": "true" } } }),
+    )
+    .await;
+    create_configmap(c, ns, "quiet-config", &[("mode", "a")]).await;
+    patch_configmap(
+        c,
+        ns,
+        "quiet-config",
+        json!({ "metadata": { "annotations": { "reloader.stakater.com/ignore": "true" } } }),
+    )
+    .await;
+    create_secret(c, ns, "app-secret", &[("password", "a")]).await;
+    let w = |name: &str| Workload::new(kind, name);
+    uses_both(w("auto").auto(), "app-config", "app-secret").create(c, ns).await;
+    uses_both(w("typed").annotate("configmap.reloader.stakater.com/auto", "true"), "app-config", "app-secret")
+        .create(c, ns)
+        .await;
+    w("explicit")
+        .annotate("secret.reloader.stakater.com/reload", "app-.*")
+        .container(json!({ "name": "plain" }))
+        .create(c, ns)
+        .await;
+    w("search").annotate("reloader.stakater.com/search", "true").env_from_configmap("app-config").create(c, ns).await;
+    uses_both(
+        w("excluded").auto().annotate("secrets.exclude.reloader.stakater.com/reload", "app-secret"),
+        "app-config",
+        "app-secret",
+    )
+    .create(c, ns)
+    .await;
+    w("quiet").auto().env_from_configmap("quiet-config").create(c, ns).await;
+    wait_stored(controller, 6).await;
+
+    patch_configmap(c, ns, "quiet-config", json!({ "data": { "mode": "b" } })).await;
+    patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+    let cm = cm_hash(&[("mode", "b")]);
+    for name in ["auto", "typed", "search", "excluded"] {
+        wait_recorded(ctx, kind, name, Cm, "app-config", &cm).await;
+    }
+    assert!(
+        !has_recorded(ctx, kind, "explicit", Cm, "app-config", &cm).await,
+        "{kind:?}: a Secret list ignores ConfigMaps"
+    );
+    assert!(
+        !has_recorded(ctx, kind, "quiet", Cm, "quiet-config", &cm).await,
+        "{kind:?}: an ignored ConfigMap rolls nothing"
+    );
+
+    patch_secret(c, ns, "app-secret", json!({ "stringData": { "password": "b" } })).await;
+    let secret = secret_hash(&[("password", "b")]);
+    for name in ["auto", "explicit"] {
+        wait_recorded(ctx, kind, name, Sec, "app-secret", &secret).await;
+    }
+    assert!(
+        !has_recorded(ctx, kind, "typed", Sec, "app-secret", &secret).await,
+        "{kind:?}: typed auto is ConfigMaps only"
+    );
+    assert!(!has_recorded(ctx, kind, "excluded", Sec, "app-secret", &secret).await, "{kind:?}: an excluded Secret");
+}
+
+#[tokio::test]
+async fn every_rule_applies_to_cronjobs_jobs_and_rollouts_in_both_strategies() {
+    let client = support::client().await;
+    crds::install(&client, &[crds::ROLLOUT]).await;
+    for kind in [Kind::CronJob, Kind::Job, Kind::Rollout] {
+        for strategy in STRATEGIES {
+            let name = format!("rules-{kind:?}").to_lowercase();
+            scenario(&name, strategy, &["--is-Argo-Rollouts=true"], |ctx, controller| async move {
+                every_rule_applies_to(&ctx, &controller, kind).await;
+                controller
+            })
+            .await;
+        }
+    }
 }

@@ -225,6 +225,13 @@ pub struct Recorded {
     pub container: String,
 }
 
+/// The object as JSON, or `None` while it does not exist (a Job between its deletion and its
+/// creation again).
+pub async fn workload_json_opt(client: &Client, ns: &str, kind: Kind, name: &str) -> Option<Value> {
+    let object = kind.api(client, ns).get_opt(name).await.unwrap_or_else(|e| panic!("get {kind:?} {name}: {e}"))?;
+    Some(serde_json::to_value(object).expect("object to JSON"))
+}
+
 pub async fn workload_json(client: &Client, ns: &str, kind: Kind, name: &str) -> Value {
     let object = kind.api(client, ns).get(name).await.unwrap_or_else(|e| panic!("get {kind:?} {name}: {e}"));
     serde_json::to_value(object).expect("object to JSON")

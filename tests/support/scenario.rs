@@ -10,7 +10,7 @@ use reloader_fleet::watch::ResourceKind;
 use super::controller::Controller;
 use serde_json::Value;
 
-use super::fixtures::{Kind, recorded_annotation_in, recorded_env_in, workload_json};
+use super::fixtures::{Kind, recorded_annotation_in, recorded_env_in, workload_json_opt};
 use super::{wait_for, with_temp_ns};
 
 /// What a scenario body gets.
@@ -61,7 +61,7 @@ impl Ctx {
 
     /// The hash the workload records for the resource, under this scenario's strategy.
     pub async fn recorded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str) -> Option<String> {
-        let object = workload_json(&self.client, &self.ns, kind, workload).await;
+        let object = workload_json_opt(&self.client, &self.ns, kind, workload).await?;
         self.recorded_in(&object, &kind.template_pointer(), rkind, rname)
     }
 
