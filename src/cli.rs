@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use reloader_fleet::reload::{Keys, Strategy, parse_go_duration as parse_duration};
+use reloader_fleet::reload::{AlertConfig, Keys, Sink, Strategy, parse_go_duration as parse_duration};
 use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
 use reloader_fleet::watch::WorkloadKind;
 
@@ -129,7 +129,7 @@ pub struct Args {
     )]
     pub pause_deployment_time_annotation: String,
 
-    /// Accepted for compatibility; profiling is not served.
+    /// Serve CPU profiles in the pprof format at `/debug/pprof/profile` on `--pprof-addr`.
     #[arg(long, env = "ENABLE_PPROF", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     pub enable_pprof: bool,
     #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
@@ -272,6 +272,14 @@ pub struct Settings {
     /// Workload kinds not removed by `--ignored-workload-types` (Rollouts and
     /// DeploymentConfigs are further subject to their flags and to discovery).
     pub workload_kinds: Vec<WorkloadKind>,
+    /// Alerts after reloads (`ALERT_ON_RELOAD` / `--alert-on-reload`), if on.
+    pub alerts: Option<AlertConfig>,
+    /// The proxy for alerts (`ALERT_PROXY`, Reloader v1's `ALERT_WEBHOOK_PROXY`, `--alert-proxy`).
+    pub alert_proxy: Option<reqwest::Url>,
+    /// Webhook-only mode (`--webhook-url`): POST here instead of writing any workload.
+    pub webhook_url: Option<reqwest::Url>,
+    /// `--pprof-addr` when `--enable-pprof` is set.
+    pub pprof_addr: Option<SocketAddr>,
 }
 
 impl Args {
@@ -301,13 +309,43 @@ impl Args {
         if !matches!(self.is_openshift.as_str(), "" | "auto" | "true" | "false") {
             bail!("invalid --is-openshift {:?}: expected true, false, or auto (empty = auto)", self.is_openshift);
         }
-        if !self.webhook_url.is_empty() {
-            // Webhook-only mode rolls nothing; rolling workloads instead would surprise a user
-            // who swapped Reloader's image, so the start fails until the mode exists here.
-            bail!(
-                "--webhook-url (WEBHOOK_URL, Helm reloader.webhookUrl) asks for webhook-only mode, which this version does not have yet; unset it to reload workloads"
-            );
-        }
+        let webhook_url = (!self.webhook_url.trim().is_empty())
+            .then(|| parse_url(self.webhook_url.trim(), "--webhook-url (WEBHOOK_URL, Helm reloader.webhookUrl)"))
+            .transpose()?;
+        let alerts = if self.alert_on_reload {
+            let url = self.alert_webhook_url.trim();
+            if url.is_empty() {
+                bail!(
+                    "alerts are on (ALERT_ON_RELOAD / --alert-on-reload) but ALERT_WEBHOOK_URL / --alert-webhook-url is empty"
+                );
+            }
+            let sink = match self.alert_sink.trim().to_ascii_lowercase().as_str() {
+                "" | "webhook" | "raw" => Sink::Raw,
+                other => other.parse().ok().filter(|s| *s != Sink::Raw).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "invalid ALERT_SINK / --alert-sink {other:?}: expected slack, teams, gchat, webhook or raw"
+                    )
+                })?,
+            };
+            Some(AlertConfig {
+                sink,
+                url: parse_url(url, "ALERT_WEBHOOK_URL / --alert-webhook-url")?,
+                additional_info: self.alert_additional_info.clone(),
+                structured: self.alert_structured,
+            })
+        } else {
+            None
+        };
+        let legacy_proxy = std::env::var("ALERT_WEBHOOK_PROXY").ok().filter(|p| !p.trim().is_empty());
+        let alert_proxy = match (self.alert_proxy.trim(), legacy_proxy) {
+            ("", None) => None,
+            ("", Some(legacy)) => Some(parse_url(legacy.trim(), "ALERT_WEBHOOK_PROXY")?),
+            (proxy, _) => Some(parse_url(proxy, "ALERT_PROXY / --alert-proxy")?),
+        };
+        let pprof_addr = self
+            .enable_pprof
+            .then(|| parse_addr(&self.pprof_addr).map_err(|e| anyhow::anyhow!("invalid --pprof-addr: {e}")))
+            .transpose()?;
         if !matches!(self.log_format.as_str(), "" | "json") {
             bail!("invalid --log-format {:?}: expected json or empty", self.log_format);
         }
@@ -367,8 +405,21 @@ impl Args {
             scoped_namespaces: scoped,
             resource_label_selector,
             workload_kinds,
+            alerts,
+            alert_proxy,
+            webhook_url,
+            pprof_addr,
         })
     }
+}
+
+/// An http(s) URL, or an error naming the setting it came from.
+fn parse_url(text: &str, setting: &str) -> anyhow::Result<reqwest::Url> {
+    let url: reqwest::Url = text.parse().with_context(|| format!("invalid {setting} {text:?}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        bail!("invalid {setting} {text:?}: expected an http:// or https:// URL");
+    }
+    Ok(url)
 }
 
 fn is_dns_label(name: &str) -> bool {
@@ -430,7 +481,12 @@ mod tests {
         bad(&["--is-openshift=maybe"], "--is-openshift");
         bad(&["--namespace-selector=team in x"], "--namespace-selector");
         bad(&["--log-format=xml"], "--log-format");
-        bad(&["--webhook-url=http://127.0.0.1:1/hook"], "--webhook-url");
+        bad(&["--webhook-url=not a url"], "--webhook-url");
+        bad(&["--alert-on-reload"], "ALERT_WEBHOOK_URL");
+        bad(&["--alert-on-reload", "--alert-webhook-url=ftp://x/y"], "ALERT_WEBHOOK_URL");
+        bad(&["--alert-on-reload", "--alert-webhook-url=http://x/y", "--alert-sink=pager"], "ALERT_SINK");
+        bad(&["--alert-proxy=::"], "ALERT_PROXY");
+        bad(&["--enable-pprof", "--pprof-addr=nowhere"], "--pprof-addr");
         bad(&["--namespaces=Bad_NS"], "DNS-1123");
         bad(&["--leader-election-renew-deadline=20s"], "leader election");
         let strategy = Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");

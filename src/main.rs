@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
         ignore_annotation: _,
         pause_deployment_annotation: _,
         pause_deployment_time_annotation: _,
-        enable_pprof,
+        enable_pprof: _,
         pprof_addr: _,
         leader_election_id,
         leader_election_namespace,
@@ -71,8 +71,8 @@ async fn main() -> anyhow::Result<()> {
         metrics_addr,
         metrics_count_by_namespace,
         health_addr,
-        alert_on_reload,
-        alert_webhook_url,
+        alert_on_reload: _,
+        alert_webhook_url: _,
         alert_sink: _,
         alert_proxy: _,
         alert_additional_info: _,
@@ -88,13 +88,10 @@ async fn main() -> anyhow::Result<()> {
     if enable_ha && (pod_name.is_none() || pod_namespace.is_none()) {
         bail!("--enable-ha needs the POD_NAME and POD_NAMESPACE environment variables");
     }
-    for (enabled, what) in
-        [(alert_on_reload || !alert_webhook_url.is_empty(), "alerts (ALERT_*)"), (enable_pprof, "--enable-pprof")]
-    {
-        if enabled {
-            warn!(feature = what, "accepted but not supported by this version; ignoring it");
-        }
-    }
+    // kube and the alert client both use rustls; one process-wide provider (ring) serves both.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reload::http_client(settings.alert_proxy.as_ref())
+        .context("cannot build the HTTP client for alerts and webhooks")?;
 
     let mut state = admin::AdminState::default();
     let api_calls = admin::ApiCalls::register(&state.registry).context("registering API call metrics")?;
@@ -169,9 +166,32 @@ async fn main() -> anyhow::Result<()> {
         reporter: Reporter { controller: "reloader".to_string(), instance: pod_name.clone() },
         compactor,
         ring: ring.clone(),
+        webhook: settings.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
     };
+    if let Some(url) = &settings.webhook_url {
+        info!(url = %url.origin().ascii_serialization(), "webhook-only mode: changes are sent to the webhook and no workload is written");
+    }
 
     let shutdown = CancellationToken::new();
+    let alerts = settings.alerts.clone().map(|config| {
+        let (queue, receiver) = mpsc::channel(reload::ALERT_QUEUE);
+        let sink = config.sink;
+        info!(sink = %sink, "alerts on reload are on");
+        tokio::spawn(
+            reload::run_alert_sender(http.clone(), config, receiver, reload_metrics.clone(), shutdown.clone())
+                .instrument(info_span!("alerts")),
+        );
+        (queue, sink)
+    });
+    if let Some(addr) = settings.pprof_addr {
+        let profiles = tokio::spawn(admin::serve_pprof(addr, shutdown.clone()).instrument(info_span!("pprof")));
+        info!(addr = %addr, "serving CPU profiles at /debug/pprof/profile");
+        tokio::spawn(async move {
+            if let Ok(Err(err)) = profiles.await {
+                warn!(error = %err, "the profiling server stopped");
+            }
+        });
+    }
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
     let (synced_tx, synced_rx) = latest::channel(None);
     let (reconciled_tx, mut ready_rx) = latest::channel(false);
@@ -248,7 +268,7 @@ async fn main() -> anyhow::Result<()> {
             engine_config,
             reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx },
             reload_metrics,
-            reload::Outputs { reconciled: reconciled_tx, active: active_tx },
+            reload::Outputs { reconciled: reconciled_tx, active: active_tx, alerts },
             shutdown.clone(),
         )
         .instrument(info_span!("reload")),

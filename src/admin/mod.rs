@@ -6,8 +6,10 @@
 
 mod api_calls;
 mod fleet;
+mod pprof;
 mod router;
 
 pub use api_calls::ApiCalls;
 pub use fleet::FleetView;
+pub use pprof::{pprof_router, serve_pprof};
 pub use router::{AdminState, Error, router, serve};

@@ -193,7 +193,9 @@ pub async fn run_sender(
         metrics.alerts.with_label_values(&[sink.as_str(), outcome]).inc();
         match result {
             Ok(()) => debug!(workload = %alert.workload, sink = %sink, "alert sent"),
-            Err(err) => warn!(workload = %alert.workload, sink = %sink, error = %err, "sending an alert failed; dropping it"),
+            Err(err) => {
+                warn!(workload = %alert.workload, sink = %sink, error = %err, "sending an alert failed; dropping it")
+            }
         }
     }
 }
@@ -355,7 +357,11 @@ mod tests {
 
     fn alert() -> Alert {
         Alert {
-            resource: ResourceKey { kind: ResourceKind::ConfigMap, namespace: "team-a".into(), name: "app-config".into() },
+            resource: ResourceKey {
+                kind: ResourceKind::ConfigMap,
+                namespace: "team-a".into(),
+                name: "app-config".into(),
+            },
             workload: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "team-a".into(), name: "web".into() },
             at: "2026-12-01T10:00:00Z".parse().expect("a timestamp"),
         }
@@ -400,10 +406,18 @@ mod tests {
         let slack = body(Sink::Slack, true, "").1;
         assert!(slack.contains(r#"Reloader triggered reload\n*Workload:* team-a/web (Deployment)\n*Resource:* team-a/app-config (ConfigMap)\n*Time:* 2026-12-01 10:00:00 UTC"#), "{slack}");
         let teams = body(Sink::Teams, true, "").1;
-        assert!(teams.starts_with(r#"{"@type":"MessageCard","@context":"http://schema.org/extensions","themeColor":"0076D7""#), "{teams}");
+        assert!(
+            teams.starts_with(
+                r#"{"@type":"MessageCard","@context":"http://schema.org/extensions","themeColor":"0076D7""#
+            ),
+            "{teams}"
+        );
         let gchat = body(Sink::GChat, true, "prod").1;
         assert!(gchat.contains(r#""header":{"title":"Reloader triggered reload","subtitle":"prod"}"#), "{gchat}");
-        assert!(gchat.contains(r#"{"keyValue":{"topLabel":"Workload","content":"team-a/web (Deployment)"}}"#), "{gchat}");
+        assert!(
+            gchat.contains(r#"{"keyValue":{"topLabel":"Workload","content":"team-a/web (Deployment)"}}"#),
+            "{gchat}"
+        );
     }
 
     #[test]

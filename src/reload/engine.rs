@@ -22,8 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
+use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
 use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch, target_container};
 use crate::shard::Ring;
@@ -66,6 +68,8 @@ pub struct Config {
     /// Who writes Events (`reportingController` / `reportingInstance`).
     pub reporter: Reporter,
     pub compactor: Compactor,
+    /// Webhook-only mode: POST each change that would reload, write no workload.
+    pub webhook: Option<Webhook>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +108,9 @@ pub struct Outputs {
     /// read and leaves it only after its checkpoint is saved, so the lease room releases a
     /// shard's Lease once it is gone from here.
     pub active: watch::Sender<BTreeSet<u32>>,
+    /// Alerts after successful reloads, to the alert sender (which owns the receiving side).
+    /// Never waited on: a full queue drops the alert.
+    pub alerts: Option<(mpsc::Sender<Alert>, Sink)>,
 }
 
 /// Run the engine until `shutdown`: take up every shard the store is complete for (load its
@@ -122,7 +129,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let Inputs { store, mut changes, mut synced, mut owned } = inputs;
-    let Outputs { reconciled, active } = outputs;
+    let Outputs { reconciled, active, alerts } = outputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
@@ -149,6 +156,7 @@ pub async fn run(
         dirty: BTreeSet::new(),
         owned: owned.clone(),
         active,
+        alerts,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
     reconciled.send_replace(true);
@@ -231,6 +239,7 @@ struct Engine {
     owned: watch::Receiver<BTreeSet<u32>>,
     /// Tells the lease room which shards the engine is on: see [`Outputs::active`].
     active: watch::Sender<BTreeSet<u32>>,
+    alerts: Option<(mpsc::Sender<Alert>, Sink)>,
 }
 
 impl Engine {
@@ -508,6 +517,17 @@ impl Engine {
             ),
         };
 
+        if let Some(webhook) = self.config.webhook.clone() {
+            let mut matched = Vec::new();
+            for candidate in self.store.candidates(key) {
+                let workload = self.freshest(candidate);
+                if self.target_of(key, &state, &workload).is_some() {
+                    matched.push(workload.key.clone());
+                }
+            }
+            return self.notify(&webhook, key, current.as_ref(), &matched).await;
+        }
+
         let mut failed = false;
         let mut wrote = 0usize;
         for candidate in self.store.candidates(key) {
@@ -524,6 +544,37 @@ impl Engine {
         info!(?transition, workloads = wrote, hash = %state.hash, "change handled");
         self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
         if wrote > 0 { Outcome::Done } else { Outcome::Skipped }
+    }
+
+    /// Webhook-only mode: POST the change if it would reload anything. The change counts as
+    /// handled (checkpoint) only once the receiver took it; until then it is retried.
+    async fn notify(
+        &mut self,
+        webhook: &Webhook,
+        key: &ResourceKey,
+        current: Option<&ResourceState>,
+        matched: &[WorkloadKey],
+    ) -> Outcome {
+        let hash = current.map(|s| s.hash);
+        if matched.is_empty() {
+            self.record_acted(key, hash.as_ref().map(short));
+            return Outcome::Skipped;
+        }
+        let body = webhook::body(key, hash, matched, jiff::Timestamp::now());
+        match alert::post(&webhook.client, &webhook.url, "application/json", body, |s| s.is_success()).await {
+            Ok(()) => {
+                self.metrics.action.with_label_values(&["webhook", "success"]).inc();
+                info!(workloads = matched.len(), "change sent to the webhook");
+                self.record_acted(key, hash.as_ref().map(short));
+                Outcome::Done
+            }
+            Err(err) => {
+                self.metrics.action.with_label_values(&["webhook", "error"]).inc();
+                self.metrics.errors.with_label_values(&["webhook_send"]).inc();
+                warn!(error = %err, "sending the change to the webhook failed; will retry");
+                Outcome::Failed
+            }
+        }
     }
 
     fn record_acted(&mut self, key: &ResourceKey, hash: Option<ShortHash>) {
@@ -545,6 +596,24 @@ impl Engine {
         }
     }
 
+    /// The container that records the reload if the rules reload `workload` for this change
+    /// (bad annotations are reported on the way), else `None`.
+    fn target_of(&mut self, key: &ResourceKey, state: &ResourceState, workload: &Workload) -> Option<usize> {
+        let verdict = self.rules.decide(key.kind, &key.name, state, &workload.annotations, &workload.template);
+        if !verdict.problems.is_empty() {
+            self.report_problems(workload, &verdict.problems);
+        }
+        let Some(mode) = verdict.mode else {
+            self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc();
+            return None;
+        };
+        let container = target_container(&workload.template, key.kind, &key.name, mode);
+        if container.is_none() && mode == Mode::Auto {
+            self.metrics.skipped.with_label_values(&["strategy_not_updated"]).inc();
+        }
+        container
+    }
+
     async fn reload_one(
         &mut self,
         key: &ResourceKey,
@@ -552,18 +621,7 @@ impl Engine {
         target: Target,
         workload: &Arc<Workload>,
     ) -> WriteResult {
-        let verdict = self.rules.decide(key.kind, &key.name, state, &workload.annotations, &workload.template);
-        if !verdict.problems.is_empty() {
-            self.report_problems(workload, &verdict.problems);
-        }
-        let Some(mode) = verdict.mode else {
-            self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc();
-            return WriteResult::NotNeeded;
-        };
-        let Some(container) = target_container(&workload.template, key.kind, &key.name, mode) else {
-            if mode == Mode::Auto {
-                self.metrics.skipped.with_label_values(&["strategy_not_updated"]).inc();
-            }
+        let Some(container) = self.target_of(key, state, workload) else {
             return WriteResult::NotNeeded;
         };
         let observed_at =
@@ -600,6 +658,7 @@ impl Engine {
                     workload.key.namespace
                 );
                 self.publish(workload, EventType::Normal, "Reloaded", note);
+                self.alert(key, &workload.key);
                 WriteResult::Written
             }
             Ok(None) => {
@@ -664,6 +723,16 @@ impl Engine {
                 problem.annotation, problem.value, problem.reason
             );
             self.publish(workload, EventType::Warning, "InvalidAnnotation", note);
+        }
+    }
+
+    /// Queue an alert for a successful reload; a full queue drops it (counted), never waits.
+    fn alert(&self, resource: &ResourceKey, workload: &WorkloadKey) {
+        let Some((queue, sink)) = &self.alerts else { return };
+        let alert = Alert { resource: resource.clone(), workload: workload.clone(), at: jiff::Timestamp::now() };
+        if queue.try_send(alert).is_err() {
+            self.metrics.alerts.with_label_values(&[sink.to_string().as_str(), "dropped"]).inc();
+            debug!(workload = %workload, "the alert queue is full; dropping the alert");
         }
     }
 

@@ -32,6 +32,9 @@ pub struct Metrics {
     pub namespaces: NamespaceStats,
     /// `reloader_shards_active`: shards the engine has taken up (checkpoint loaded).
     pub shards_active: prometheus::IntGauge,
+    /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
+    /// `dropped` because the queue was full.
+    pub alerts: IntCounterVec,
 }
 
 impl Metrics {
@@ -89,6 +92,11 @@ impl Metrics {
         let shards_active =
             prometheus::IntGauge::new("reloader_shards_active", "Shards the engine has taken up and acts on")?;
         registry.register(Box::new(shards_active.clone()))?;
+        let alerts = IntCounterVec::new(
+            Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
+            &["sink", "result"],
+        )?;
+        registry.register(Box::new(alerts.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -121,6 +129,7 @@ impl Metrics {
             change_latency,
             namespaces: NamespaceStats::default(),
             shards_active,
+            alerts,
         })
     }
 

@@ -3,6 +3,7 @@
 //! Pure (no client): [`keys`](Keys), [`rules`](decide), [`strategy`](plan), env var names.
 //! Actions: the engine (`run`) and the checkpoint it keeps in the cluster.
 
+mod alert;
 mod checkpoint;
 mod engine;
 mod env_var;
@@ -11,8 +12,10 @@ mod metrics;
 mod pause;
 mod rules;
 mod strategy;
+mod webhook;
 mod write;
 
+pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender as run_alert_sender};
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
 pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
@@ -20,3 +23,4 @@ pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
 pub use pause::{merge_patch, parse_go_duration, pause_patch, resume_patch};
 pub use rules::{Mode, Options, Problem, Rules, Verdict, target_container};
 pub use strategy::{ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan};
+pub use webhook::Webhook;

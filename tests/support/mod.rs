@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crds;
 pub mod fixtures;
 pub mod proxy;
+pub mod receiver;
 pub mod scenario;
 
 use std::future::Future;
