@@ -63,10 +63,10 @@ pub struct Args {
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
     /// Namespaces never served (cluster-wide mode only).
-    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',')]
+    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',', global = true)]
     pub namespaces_to_ignore: Vec<String>,
     /// Label selector namespaces must match (cluster-wide mode only).
-    #[arg(long, env = "NAMESPACE_SELECTOR", value_delimiter = ',')]
+    #[arg(long, env = "NAMESPACE_SELECTOR", value_delimiter = ',', global = true)]
     pub namespace_selector: Vec<String>,
     /// Label selector ConfigMaps and Secrets must match (applied by the API server).
     #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_delimiter = ',')]
@@ -135,9 +135,9 @@ pub struct Args {
     #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
     pub pprof_addr: String,
 
-    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "stakater-reloader-lock")]
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "stakater-reloader-lock", global = true)]
     pub leader_election_id: String,
-    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "", global = true)]
     pub leader_election_namespace: String,
     #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_election_lease_duration: Duration,
@@ -178,8 +178,9 @@ pub struct Args {
     pub checkpoint_name: String,
 
     /// Number of shards namespaces are spread over; each is held through its own Lease.
-    /// Every replica of a fleet must use the same value.
-    #[arg(long, env = "SHARDS", default_value = "1")]
+    /// Every replica of a fleet must use the same value. (`fleet status` reads it from the
+    /// Leases and needs it only when they record none.)
+    #[arg(long, env = "SHARDS", default_value = "1", global = true)]
     pub shards: u32,
 
     #[command(subcommand)]
@@ -452,6 +453,13 @@ mod tests {
         assert!(args(&["--auto-reload-all=True"]).auto_reload_all);
         assert!(!args(&["--auto-reload-all=0"]).auto_reload_all);
         assert!(Args::try_parse_from(["reloader", "--auto-reload-all=yes"]).is_err());
+    }
+
+    #[test]
+    fn fleet_status_takes_its_settings_after_the_command_as_people_type_them() {
+        let a = args(&["fleet", "status", "--shards", "16", "--leader-election-namespace", "reloader"]);
+        assert_eq!((a.shards, a.leader_election_namespace.as_str()), (16, "reloader"));
+        assert!(matches!(a.command, Some(Command::Fleet { what: FleetCommand::Status })));
     }
 
     #[test]

@@ -81,6 +81,8 @@ async fn main() -> anyhow::Result<()> {
         shards,
         command,
     } = args;
+    // A command for people prints a table on stdout; only warnings go to stderr beside it.
+    let log_level = if command.is_some() && log_level == "info" { "warning".to_string() } else { log_level };
     init_tracing(&log_format, &log_level)?;
 
     let pod_name = std::env::var("POD_NAME").ok().filter(|v| !v.is_empty());
@@ -112,7 +114,7 @@ async fn main() -> anyhow::Result<()> {
             .into_iter()
             .find(|n| !n.is_empty())
             .unwrap_or_else(|| client.default_namespace().to_string());
-        return fleet_status::print(client, &namespace, &leader_election_id, &ring, &settings.filter).await;
+        return fleet_status::print(client, &namespace, &leader_election_id, shards, &settings.filter).await;
     }
 
     let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;

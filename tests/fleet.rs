@@ -82,7 +82,8 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
 
         // The command for people shows the same holders.
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
-            .args(["--shards=16", &format!("--namespace-selector={label}"), "fleet", "status"])
+            // No --shards: the count is read from the Leases.
+            .args([&format!("--namespace-selector={label}"), "fleet", "status"])
             .env("KUBECONFIG", support::kubeconfig_path())
             .env("POD_NAMESPACE", &home)
             .output()
@@ -91,6 +92,8 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let table = String::from_utf8_lossy(&output.stdout);
         println!("{table}");
         assert!(output.status.success(), "fleet status failed: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(table.starts_with("SHARD"), "only the table on stdout: {table}");
+        assert!(output.stderr.is_empty(), "no log lines beside the table: {}", String::from_utf8_lossy(&output.stderr));
         for (shard, holders) in held_by.iter().enumerate() {
             let line = table.lines().find(|l| l.split_whitespace().next() == Some(&shard.to_string())).expect("a line per shard");
             assert!(line.contains(&holders[0]), "shard {shard}: {line}");

@@ -265,7 +265,9 @@ async fn deploymentconfigs_roll_when_enabled_or_detected_and_are_skipped_when_no
     // Enabled by the flag and by detection; every rule, both strategies.
     for (flag, strategy) in [("--is-openshift=true", Strategy::EnvVars), ("--is-openshift=", Strategy::Annotations)] {
         scenario("dc", strategy, &[flag], |ctx, controller| async move {
+            let reads = controller.api_reads().await;
             every_rule_applies_to(&ctx, &controller, Kind::DeploymentConfig).await;
+            assert_eq!(controller.api_reads().await, reads, "changes cost no LIST or GET");
             assert_eq!(
                 generation(&ctx.client, &ctx.ns, Kind::DeploymentConfig, "auto").await,
                 3,
@@ -356,6 +358,7 @@ async fn a_csi_rotation_reported_by_five_pods_rolls_the_workload_once() {
             .await;
             let skipped = "reloader_skipped_total{reason=\"no_data_change\"}";
             let skipped_before = controller.metric(skipped).await;
+            let reads_before = controller.api_reads().await;
 
             // A label-only change of a pod status is no rotation.
             let api = spc_api(c, ns, "SecretProviderClassPodStatus", "secretproviderclasspodstatuses");
@@ -379,6 +382,11 @@ async fn a_csi_rotation_reported_by_five_pods_rolls_the_workload_once() {
             })
             .await;
             assert_eq!(generation(c, ns, Kind::Deployment, "web").await, 2, "five reports of one rotation roll once");
+            assert_eq!(
+                controller.api_reads().await,
+                reads_before,
+                "a rotation costs no LIST or GET (the class is in the store)"
+            );
             assert_eq!(generation(c, ns, Kind::Deployment, "ignored").await, 1, "an ignored class rolls nothing");
             let env = ctx.recorded(Kind::Deployment, "web", Spc, "vault").await;
             if strategy == Strategy::EnvVars {

@@ -105,6 +105,19 @@ impl Controller {
             .unwrap_or(0.0)
     }
 
+    /// LIST and GET requests this controller has sent so far (its own API call counter).
+    pub async fn api_reads(&self) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| {
+                l.starts_with("reloader_api_requests_total{")
+                    && (l.contains("verb=\"list\"") || l.contains("verb=\"get\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// SIGTERM and wait for a clean exit (it saves its checkpoint on the way out).
     pub async fn stop(mut self) {
         let mut child = self.child.take().expect("running");
