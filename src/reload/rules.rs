@@ -51,6 +51,12 @@ pub struct Problem {
 
 /// Compiled explicit-list patterns kept at most; the cache starts over beyond that.
 const PATTERN_CACHE_LIMIT: usize = 10_000;
+/// Longest `.../reload` list read. Kubernetes allows 256 KiB of annotations per object; a
+/// list this long is a mistake, and compiling it entry by entry on every change would stall
+/// the engine for everyone.
+const EXPLICIT_LIST_LIMIT: usize = 16 * 1024;
+/// Compiled size a single entry may reach (the regex crate's default is 10 MiB).
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
 /// The rules with their settings, plus a cache of compiled explicit-list patterns (an
 /// explicit list is otherwise compiled again for every change of its namespace).
@@ -143,13 +149,24 @@ fn explicit_list_matches(
     name: &str,
     problems: &mut Vec<Problem>,
 ) -> bool {
+    if list.len() > EXPLICIT_LIST_LIMIT {
+        problems.push(Problem {
+            annotation: annotation.to_string(),
+            value: format!("{}... ({} bytes)", list.chars().take(64).collect::<String>(), list.len()),
+            reason: format!("the list is longer than {EXPLICIT_LIST_LIMIT} bytes"),
+        });
+        return false;
+    }
     for entry in list.split(',').map(str::trim) {
         if patterns.len() >= PATTERN_CACHE_LIMIT && !patterns.contains_key(entry) {
             patterns.clear();
         }
-        let compiled = patterns
-            .entry(entry.to_string())
-            .or_insert_with(|| Regex::new(&format!("^{entry}$")).map_err(|err| err.to_string()));
+        let compiled = patterns.entry(entry.to_string()).or_insert_with(|| {
+            regex::RegexBuilder::new(&format!("^{entry}$"))
+                .size_limit(PATTERN_SIZE_LIMIT)
+                .build()
+                .map_err(|err| err.to_string())
+        });
         match compiled {
             Ok(re) if re.is_match(name) => return true,
             Ok(_) => {}
