@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
+use tracing::warn;
+
 use crate::watch::{DataHash, INTERNAL_LABEL, ResourceKey, ResourceKind};
 
 const DATA_KEY: &str = "checkpoint";
@@ -89,7 +91,19 @@ impl Checkpoint {
         };
         self.resource_version = cm.metadata.resource_version.clone();
         let text = cm.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(String::as_str).unwrap_or("");
-        Ok(Some(parse(text)))
+        let (entries, unreadable) = parse(text);
+        if unreadable > 0 && entries.is_empty() {
+            // Nothing usable (edited by hand, or written by something else): taken like a first
+            // start, so the current state is the baseline. Treating every resource as new
+            // would reload all their workloads with --reload-on-create.
+            warn!(namespace = %self.namespace, name = %self.name, unreadable,
+                "the checkpoint is unreadable; taking the current state as baseline");
+            return Ok(None);
+        }
+        if unreadable > 0 {
+            warn!(namespace = %self.namespace, name = %self.name, unreadable, "skipping unreadable checkpoint lines");
+        }
+        Ok(Some(entries))
     }
 
     /// Write `entries` as the new checkpoint, guarded by the resourceVersion last seen. A
@@ -150,23 +164,25 @@ fn render(entries: &HashMap<ResourceKey, ShortHash>) -> String {
     lines.join("\n")
 }
 
-/// Lines that do not parse are skipped: at worst a resource is treated as new.
-fn parse(text: &str) -> HashMap<ResourceKey, ShortHash> {
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.split(' ');
-            let kind = match parts.next()? {
-                "C" => ResourceKind::ConfigMap,
-                "S" => ResourceKind::Secret,
-                "P" => ResourceKind::SecretProviderClass,
-                _ => return None,
-            };
-            let namespace: Arc<str> = parts.next()?.into();
-            let name: Arc<str> = parts.next()?.into();
-            let hash = u64::from_str_radix(parts.next()?, 16).ok()?;
-            Some((ResourceKey { kind, namespace, name }, hash))
-        })
-        .collect()
+/// The entries, and how many non-empty lines did not parse (skipped: at worst a resource is
+/// treated as new).
+fn parse(text: &str) -> (HashMap<ResourceKey, ShortHash>, usize) {
+    let entries = text.lines().filter(|line| !line.trim().is_empty()).filter_map(|line| {
+        let mut parts = line.split(' ');
+        let kind = match parts.next()? {
+            "C" => ResourceKind::ConfigMap,
+            "S" => ResourceKind::Secret,
+            "P" => ResourceKind::SecretProviderClass,
+            _ => return None,
+        };
+        let namespace: Arc<str> = parts.next()?.into();
+        let name: Arc<str> = parts.next()?.into();
+        let hash = u64::from_str_radix(parts.next()?, 16).ok()?;
+        Some((ResourceKey { kind, namespace, name }, hash))
+    });
+    let entries = entries.collect::<Vec<_>>();
+    let unreadable = text.lines().filter(|l| !l.trim().is_empty()).count() - entries.len();
+    (entries.into_iter().collect(), unreadable)
 }
 
 #[cfg(test)]
@@ -181,12 +197,12 @@ mod tests {
             short(&DataHash::of_bytes(b"x")),
         );
         entries.insert(ResourceKey { kind: ResourceKind::Secret, namespace: "b".into(), name: "s".into() }, 0);
-        assert_eq!(parse(&render(&entries)), entries);
+        assert_eq!(parse(&render(&entries)), (entries, 0));
     }
 
     #[test]
     fn garbage_lines_are_skipped() {
-        assert!(parse("X a b 00\nC only-two\nC a b nothex").is_empty());
+        assert_eq!(parse("X a b 00\nC only-two\n\nC a b nothex"), (HashMap::new(), 3));
     }
 
     #[test]

@@ -1,0 +1,185 @@
+//! Trust under odd conditions: no Secret value in any log line or Event even at trace level,
+//! corrupt state (a garbage checkpoint, a newer version's record) handled with a warning and
+//! no mass rollout, and another writer changing the same workloads while changes arrive.
+
+mod support;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use reloader_fleet::reload::{RELOADED_HASHES, Strategy};
+use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec};
+use serde_json::json;
+use support::controller::Controller;
+use support::fixtures::{
+    Kind, Workload, cm_hash, create_configmap, create_secret, patch_configmap, patch_secret, secret_hash,
+};
+use support::scenario::{Ctx, wait_stored};
+use support::{kubeconfig_path, with_temp_ns};
+
+const CHECKPOINT: &str = "reloader-fleet-checkpoint";
+
+#[tokio::test]
+async fn no_secret_value_reaches_a_log_line_or_an_event_even_at_trace_level() {
+    with_temp_ns("no-secrets-in-logs", |client, ns| async move {
+        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        let values = ["hunter2-Wq8zLmP3-first", "hunter2-Wq8zLmP3-second", "hunter2-Wq8zLmP3-third"];
+        create_secret(c, ns, "db", &[("password", values[0])]).await;
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "app", "env": [{ "name": "P", "valueFrom": { "secretKeyRef": { "name": "db", "key": "password" } } }] }))
+            .create(c, ns)
+            .await;
+        let scope = format!("--namespaces={ns}");
+        let controller = Controller::start_with_kubeconfig_env(
+            &format!("{ns}-trace"),
+            ns,
+            &[scope.as_str(), "--log-level=trace"],
+            &kubeconfig_path(),
+            &[("RUST_LOG", "trace")],
+        )
+        .await;
+        wait_stored(&controller, 1).await;
+        for value in &values[1..] {
+            patch_secret(c, ns, "db", json!({ "stringData": { "password": value } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Sec, "db", &secret_hash(&[("password", value)])).await;
+        }
+        let events: Api<Event> = Api::namespaced(c.clone(), ns);
+        let events = serde_json::to_string(&events.list(&ListParams::default()).await.expect("list Events").items).expect("JSON");
+        let log = controller.log.clone();
+        controller.stop().await;
+        let log = std::fs::read_to_string(&log).expect("the controller log");
+        assert!(log.lines().count() > 100, "trace logging is on ({} lines)", log.lines().count());
+        let b64 = base64::engine::general_purpose::STANDARD;
+        for value in values {
+            for form in [value.to_string(), b64.encode(value), b64.encode(format!("\"{value}\""))] {
+                assert!(!log.contains(&form), "a Secret value ({form}) is in the log");
+                assert!(!events.contains(&form), "a Secret value ({form}) is in an Event");
+            }
+        }
+        println!("{} log lines at trace level, no Secret value in any", log.lines().count());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_garbage_checkpoint_or_a_newer_versions_record_is_a_warning_not_a_mass_rollout() {
+    for strategy in [Strategy::EnvVars, Strategy::Annotations] {
+        with_temp_ns("corrupt-state", |client, ns| async move {
+            let ctx = Ctx { client, ns, strategy };
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            // Never changed, so recorded by no workload: a checkpoint read as "knows nothing"
+            // would take it as created, and --reload-on-create would roll everything using it.
+            create_configmap(c, ns, "settled", &[("k", "1")]).await;
+            for name in ["a", "b", "c"] {
+                Workload::new(Kind::Deployment, name)
+                    .auto()
+                    .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "configMapRef": { "name": "settled" } }] }))
+                    .create(c, ns)
+                    .await;
+            }
+            let first = ctx.start_controller("first", &[]).await;
+            wait_stored(&first, 3).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            for name in ["a", "b", "c"] {
+                ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &cm_hash(&[("k", "2")])).await;
+            }
+            first.stop().await;
+            // A rollout is a change of the pod template (a Deployment's generation also counts
+            // changes of its annotations, which the next step makes).
+            let templates = || {
+                futures::future::join_all(["a", "b", "c"].map(|n| async move {
+                    support::fixtures::workload_json(c, ns, Kind::Deployment, n).await["spec"]["template"].to_string()
+                }))
+            };
+            let rolled = templates().await;
+
+            // The checkpoint edited to garbage, and a record a newer version might write.
+            Api::<ConfigMap>::namespaced(c.clone(), ns)
+                .patch(
+                    CHECKPOINT,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "data": { "checkpoint": "\u{0}garbage\nC x\n\u{1F4A5} y z w v\n" } })),
+                )
+                .await
+                .expect("corrupt the checkpoint");
+            let future_record =
+                json!({ "metadata": { "annotations": { RELOADED_HASHES: "{\"v\":2,\"entries\":[1,2,3]}" } } });
+            Kind::Deployment
+                .api(c, ns)
+                .patch("b", &PatchParams::default(), &Patch::Merge(&future_record))
+                .await
+                .expect("write a future record");
+
+            // With --reload-on-create, a checkpoint read as "knows nothing" would reload everything.
+            let second = ctx.start_controller("second", &["--reload-on-create=true"]).await;
+            assert_eq!(templates().await, rolled, "a corrupt checkpoint or record must not roll anything");
+            // And it keeps working: the next change reloads every workload.
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "3" } })).await;
+            for name in ["a", "b", "c"] {
+                ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &cm_hash(&[("k", "3")])).await;
+            }
+            let log = std::fs::read_to_string(&second.log).unwrap_or_default();
+            second.stop().await;
+            assert!(log.contains("WARN"), "the corrupt checkpoint is a warning:\n{log}");
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn another_writer_changing_the_same_workloads_loses_no_record_and_rolls_nothing_twice() {
+    with_temp_ns("another-writer", |client, ns| async move {
+        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "0")]).await;
+        let names: Vec<String> = (0..5).map(|i| format!("web-{i}")).collect();
+        for name in &names {
+            Workload::new(Kind::Deployment, name).auto().env_from_configmap("cm").create(c, ns).await;
+        }
+        let controller = ctx.start_controller("first", &[]).await;
+        wait_stored(&controller, 5).await;
+        // A GitOps tool rewrites the same templates (its own label and annotation, its own
+        // field manager) while the ConfigMap changes 10 times.
+        let gitops = {
+            let (c, ns, names) = (c.clone(), ns.to_string(), names.clone());
+            tokio::spawn(async move {
+                let mut writes = 0;
+                for round in 0..40 {
+                    for name in &names {
+                        let patch = json!({ "spec": { "template": { "metadata": {
+                            "labels": { "gitops-sync": format!("r{round}") },
+                            "annotations": { "gitops.example.com/revision": format!("{round}") } } } } });
+                        let params = PatchParams { field_manager: Some("gitops".into()), ..PatchParams::default() };
+                        if Kind::Deployment.api(&c, &ns).patch(name, &params, &Patch::Strategic(&patch)).await.is_ok() {
+                            writes += 1;
+                        }
+                    }
+                }
+                writes
+            })
+        };
+        for n in 1..=10 {
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": n.to_string() } })).await;
+        }
+        let theirs = gitops.await.expect("the other writer");
+        let last = cm_hash(&[("k", "10")]);
+        for name in &names {
+            ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &last).await;
+        }
+        let ours = controller.metric("reloader_action_total{result=\"success\",workload_kind=\"Deployment\"}").await;
+        println!("the other writer wrote {theirs} times; this controller {ours} times for 10 changes of 5 workloads");
+        assert!(ours <= 50.0, "at most one write per change and workload, got {ours}");
+        for name in &names {
+            let object = support::fixtures::workload_json(c, ns, Kind::Deployment, name).await;
+            let labels = &object["spec"]["template"]["metadata"]["labels"];
+            assert_eq!(labels["gitops-sync"], "r39", "{name}: the other writer's last change stays");
+            assert_eq!(ctx.recorded(Kind::Deployment, name, Cm, "cm").await.as_deref(), Some(last.as_str()));
+        }
+        controller.stop().await;
+    })
+    .await;
+}
