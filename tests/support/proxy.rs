@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -18,6 +19,12 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
+        Self::start_with_latency(upstream, Duration::ZERO).await
+    }
+
+    /// A proxy that holds every chunk it forwards, in either direction, for `latency` (a slow
+    /// network: each request and each TLS handshake round trip pays it).
+    pub async fn start_with_latency(upstream: SocketAddr, latency: Duration) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
         let cut = Arc::new(AtomicBool::new(false));
@@ -33,8 +40,18 @@ impl Proxy {
                     let mut cancelled = generation.subscribe();
                     tokio::spawn(async move {
                         let Ok(mut server) = TcpStream::connect(upstream).await else { return };
+                        if latency.is_zero() {
+                            tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                                _ = cancelled.changed() => {}
+                            }
+                            return;
+                        }
+                        let (client_read, client_write) = client.split();
+                        let (server_read, server_write) = server.split();
                         tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = slow_copy(client_read, server_write, latency) => {}
+                            _ = slow_copy(server_read, client_write, latency) => {}
                             _ = cancelled.changed() => {}
                         }
                     });
@@ -59,6 +76,24 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.cut();
         self.accept.abort();
+    }
+}
+
+/// Copy `from` to `to`, each chunk after `latency`.
+async fn slow_copy(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+    latency: Duration,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(latency).await;
+        to.write_all(&buf[..n]).await?;
     }
 }
 
