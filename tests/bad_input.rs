@@ -134,3 +134,88 @@ async fn large_secrets_binary_data_and_dotted_names_reload() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn big_and_odd_objects_reload_and_cost_little_memory_each() {
+    scenario("big-objects", Strategy::EnvVars, &[], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        let configmaps: Api<ConfigMap> = Api::namespaced(c.clone(), ns);
+        let rss_before = controller.rss_kib();
+        // The API server's limit is 1 MiB per object: a ConfigMap and a Secret just under it.
+        let mib = |fill: char| fill.to_string().repeat(1_000_000);
+        let cm = |name: &str, data: serde_json::Value| -> ConfigMap {
+            serde_json::from_value(json!({ "metadata": { "name": name }, "data": data })).expect("configmap JSON")
+        };
+        configmaps.create(&PostParams::default(), &cm("one-mib", json!({ "blob": mib('a') }))).await.expect("a 1 MiB ConfigMap");
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": { "name": "one-mib-secret" }, "data": { "blob": k8s_openapi::ByteString(vec![b's'; 760_000]) }
+        }))
+        .expect("secret JSON");
+        Api::<Secret>::namespaced(c.clone(), ns).create(&PostParams::default(), &secret).await.expect("a big Secret");
+        let many: serde_json::Map<String, serde_json::Value> = (0..5_000).map(|i| (format!("key-{i}"), json!(format!("v{i}")))).collect();
+        configmaps.create(&PostParams::default(), &cm("five-thousand-keys", json!(many))).await.expect("5,000 keys");
+        let long_name = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+        assert_eq!(long_name.len(), 253);
+        configmaps.create(&PostParams::default(), &cm(&long_name, json!({ "k": "1" }))).await.expect("a 253-character name");
+        let odd: ConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": "not-utf8" }, "binaryData": { "bin": k8s_openapi::ByteString(vec![0xff, 0xfe, 0x00, 0xc3]) }
+        }))
+        .expect("configmap JSON");
+        configmaps.create(&PostParams::default(), &odd).await.expect("non-UTF-8 binaryData");
+
+        // 50 containers and 200 volumes: every resource above, and 196 small ConfigMaps.
+        let mut wide = Workload::new(Kind::Deployment, "wide").auto();
+        let mut sources = vec!["one-mib".to_string(), "five-thousand-keys".to_string(), long_name.clone(), "not-utf8".to_string()];
+        for i in 0..196 {
+            let name = format!("small-{i}");
+            configmaps.create(&PostParams::default(), &cm(&name, json!({ "k": "1" }))).await.expect("a small ConfigMap");
+            sources.push(name);
+        }
+        wide = wide.volume(json!({ "name": "v-secret", "secret": { "secretName": "one-mib-secret" } }));
+        for (i, name) in sources.iter().enumerate() {
+            wide = wide.volume(json!({ "name": format!("v-{i}"), "configMap": { "name": name } }));
+        }
+        for i in 0..50 {
+            // Container i mounts volumes 4i..4i+3; container 0 also the Secret.
+            let mut mounts: Vec<serde_json::Value> =
+                (4 * i..4 * i + 4).map(|v| json!({ "name": format!("v-{v}"), "mountPath": format!("/v/{v}") })).collect();
+            if i == 0 {
+                mounts.push(json!({ "name": "v-secret", "mountPath": "/secret" }));
+            }
+            wide = wide.container(json!({ "name": format!("c-{i}"), "volumeMounts": mounts }));
+        }
+        wide.create(c, ns).await;
+        wait_stored(&controller, 1).await;
+        support::scenario::wait_stored_resources(&controller, 200).await;
+        let rss_loaded = controller.rss_kib();
+
+        // Each changes; the container mounting it records the new hash.
+        patch_configmap(c, ns, "one-mib", json!({ "data": { "blob": mib('b') } })).await;
+        let hash = DataHash::of_configmap(&BTreeMap::from([("blob".to_string(), mib('b'))]), &BTreeMap::new()).to_string();
+        ctx.wait_reloaded(Kind::Deployment, "wide", Cm, "one-mib", &hash).await;
+        patch_configmap(c, ns, "five-thousand-keys", json!({ "data": { "key-4999": "changed" } })).await;
+        let mut many: BTreeMap<String, String> = (0..5_000).map(|i| (format!("key-{i}"), format!("v{i}"))).collect();
+        many.insert("key-4999".into(), "changed".into());
+        ctx.wait_reloaded(Kind::Deployment, "wide", Cm, "five-thousand-keys", &DataHash::of_configmap(&many, &BTreeMap::new()).to_string()).await;
+        patch_configmap(c, ns, &long_name, json!({ "data": { "k": "2" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "wide", Cm, &long_name, &cm_hash(&[("k", "2")])).await;
+        patch_configmap(c, ns, "not-utf8", json!({ "binaryData": { "bin": "/w==" } })).await;
+        let odd = DataHash::of_configmap(&BTreeMap::new(), &BTreeMap::from([("bin".to_string(), vec![0xffu8])])).to_string();
+        ctx.wait_reloaded(Kind::Deployment, "wide", Cm, "not-utf8", &odd).await;
+        patch_configmap(c, ns, "small-195", json!({ "data": { "k": "2" } })).await;
+        let last = support::wait_for("the 50th container to record small-195", || async {
+            recorded_env(c, ns, Kind::Deployment, "wide", Cm, "small-195").await.filter(|r| r.hash == cm_hash(&[("k", "2")]))
+        })
+        .await;
+        assert_eq!(last.container, "c-49", "the container mounting it");
+        let objects = 202.0;
+        println!(
+            "controller RSS {rss_before} KiB before, {rss_loaded} KiB with a 1 MiB ConfigMap, a 760 KB Secret, 5,000 keys, \
+             a 253-character name, non-UTF-8 binaryData, 196 small ConfigMaps and a 50-container, 201-volume Deployment: \
+             {:.1} KiB per object",
+            (rss_loaded as f64 - rss_before as f64) / objects
+        );
+        controller
+    })
+    .await;
+}

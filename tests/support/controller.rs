@@ -105,6 +105,17 @@ impl Controller {
             .unwrap_or(0.0)
     }
 
+    /// The controller's resident memory in KiB (`VmRSS` of its process).
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.child.as_ref().and_then(|c| c.id()).expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// LIST and GET requests this controller has sent so far (its own API call counter).
     pub async fn api_reads(&self) -> f64 {
         self.metrics()
