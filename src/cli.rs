@@ -185,6 +185,11 @@ pub struct Args {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Where each setting's value came from, for messages: `flag --namespaces`,
+    /// `environment variable NAMESPACES`, `config file x.yaml` (filled in by [`parse`]).
+    #[arg(skip)]
+    pub sources: std::collections::BTreeMap<String, String>,
 }
 
 /// Commands for people; without one, `reloader` runs the controller.
@@ -208,13 +213,50 @@ pub enum FleetCommand {
 pub fn parse() -> anyhow::Result<Args> {
     let mut cli: Vec<OsString> = std::env::args_os().collect();
     let first = Args::parse_from(cli.iter());
-    let Some(path) = &first.config else {
-        return Ok(first);
+    let Some(path) = first.config.clone() else {
+        return with_sources(cli, &[], "");
     };
-    let file_args = file_args(path)?;
+    let file_args = file_args(&path)?;
     let program = cli.remove(0);
-    let merged = std::iter::once(program).chain(file_args.into_iter().map(OsString::from)).chain(cli);
-    Args::try_parse_from(merged).with_context(|| format!("invalid value in config file {path}"))
+    let merged: Vec<OsString> =
+        std::iter::once(program).chain(file_args.iter().map(OsString::from)).chain(cli.iter().cloned()).collect();
+    let cli_flags: Vec<String> = cli.iter().map(|a| a.to_string_lossy().to_string()).collect();
+    with_sources(merged, &file_args, &path)
+        .map(|mut args| {
+            // A flag given on the command line too came from there, not from the file.
+            for (id, source) in args.sources.iter_mut() {
+                let flag = format!("--{}", id.replace('_', "-"));
+                if cli_flags.iter().any(|a| a == &flag || a.starts_with(&format!("{flag}="))) {
+                    *source = format!("flag {flag}");
+                }
+            }
+            args
+        })
+        .with_context(|| format!("invalid value in config file {path}"))
+}
+
+/// Parse `argv` and note where the settings that name places came from.
+fn with_sources(argv: Vec<OsString>, file_args: &[String], file: &str) -> anyhow::Result<Args> {
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Args::command().try_get_matches_from(argv)?;
+    let mut args = Args::from_arg_matches(&matches)?;
+    for arg in Args::command().get_arguments() {
+        let id = arg.get_id().as_str();
+        let flag = format!("--{}", arg.get_long().unwrap_or(id));
+        let source = match matches.value_source(id) {
+            Some(ValueSource::CommandLine) if file_args.iter().any(|a| a.starts_with(&format!("{flag}="))) => {
+                format!("config file {file}")
+            }
+            Some(ValueSource::CommandLine) => format!("flag {flag}"),
+            Some(ValueSource::EnvVariable) => {
+                format!("environment variable {}", arg.get_env().map(|e| e.to_string_lossy()).unwrap_or_default())
+            }
+            _ => format!("the default of {flag}"),
+        };
+        args.sources.insert(id.to_string(), source);
+    }
+    Ok(args)
 }
 
 fn file_args(path: &str) -> anyhow::Result<Vec<String>> {
@@ -269,6 +311,8 @@ pub struct Settings {
     pub filter: NamespaceFilter,
     /// `Some` in namespace-scoped mode.
     pub scoped_namespaces: Option<Vec<String>>,
+    /// Where the scoped namespaces came from, for messages.
+    pub scoped_namespaces_source: String,
     pub resource_label_selector: Option<LabelSelector>,
     /// Workload kinds not removed by `--ignored-workload-types` (Rollouts and
     /// DeploymentConfigs are further subject to their flags and to discovery).
@@ -362,6 +406,11 @@ impl Args {
         let kubernetes_namespace = std::env::var("KUBERNETES_NAMESPACE").ok().filter(|n| !n.is_empty());
         let listed: Vec<String> =
             self.namespaces.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+        let scoped_namespaces_source = if listed.is_empty() {
+            "environment variable KUBERNETES_NAMESPACE".to_string()
+        } else {
+            self.sources.get("namespaces").cloned().unwrap_or_else(|| "flag --namespaces".to_string())
+        };
         let scoped: Option<Vec<String>> =
             if !listed.is_empty() { Some(listed) } else { kubernetes_namespace.map(|n| vec![n]) };
         if let Some(list) = &scoped {
@@ -404,6 +453,7 @@ impl Args {
             watch_secrets: !ignore_secrets,
             filter,
             scoped_namespaces: scoped,
+            scoped_namespaces_source,
             resource_label_selector,
             workload_kinds,
             alerts,
@@ -437,6 +487,17 @@ mod tests {
 
     fn args(extra: &[&str]) -> Args {
         Args::try_parse_from(std::iter::once("reloader").chain(extra.iter().copied())).expect("valid flags")
+    }
+
+    #[test]
+    fn sources_name_the_flag_or_the_file() {
+        let argv = ["reloader", "--namespaces=a"].map(OsString::from).to_vec();
+        let args = with_sources(argv, &[], "").expect("valid flags");
+        assert_eq!(args.sources["namespaces"], "flag --namespaces");
+        assert_eq!(args.sources["shards"], "the default of --shards");
+        let argv = ["reloader", "--shards=4"].map(OsString::from).to_vec();
+        let args = with_sources(argv, &["--shards=4".to_string()], "fleet.yaml").expect("valid flags");
+        assert_eq!(args.sources["shards"], "config file fleet.yaml");
     }
 
     #[test]

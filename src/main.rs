@@ -80,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_name,
         shards,
         command,
+        sources: _,
     } = args;
     // A command for people prints a table on stdout; only warnings go to stderr beside it.
     let log_level = if command.is_some() && log_level == "info" { "warning".to_string() } else { log_level };
@@ -151,11 +152,20 @@ async fn main() -> anyhow::Result<()> {
         csi,
         ring: ring.clone(),
     };
-    let checkpoint_namespace = pod_namespace
-        .clone()
-        .or_else(|| std::env::var("RELOADER_NAMESPACE").ok().filter(|v| !v.is_empty()))
-        .or_else(|| settings.scoped_namespaces.as_ref().and_then(|l| l.first().cloned()))
-        .unwrap_or_else(|| "default".to_string());
+    let (checkpoint_namespace, checkpoint_source) = if let Some(ns) = pod_namespace.clone() {
+        (ns, "environment variable POD_NAMESPACE".to_string())
+    } else if let Some(ns) = std::env::var("RELOADER_NAMESPACE").ok().filter(|v| !v.is_empty()) {
+        (ns, "environment variable RELOADER_NAMESPACE".to_string())
+    } else if let Some(ns) = settings.scoped_namespaces.as_ref().and_then(|l| l.first().cloned()) {
+        (ns, format!("the first watched namespace ({})", settings.scoped_namespaces_source))
+    } else {
+        ("default".to_string(), "the default (no POD_NAMESPACE)".to_string())
+    };
+    let warnings = check_places(&client, &settings, &checkpoint_namespace, &checkpoint_source).await;
+    for warning in &warnings {
+        warn!(%warning, "a setting points at nothing");
+    }
+    *state.warnings.write().unwrap_or_else(|p| p.into_inner()) = warnings;
     let engine_config = reload::Config {
         strategy: reload_strategy,
         keys,
@@ -347,36 +357,76 @@ async fn served_kinds(
     out
 }
 
-/// Whether this client may list and watch `plural` of `group` in every namespace (a
-/// SelfSubjectAccessReview each, which any authenticated user may create).
+/// Whether this client may list and watch `plural` of `group` in every namespace.
 async fn may_watch(client: &kube::Client, group: &str, plural: &str) -> bool {
+    may(client, group, plural, "list", None).await && may(client, group, plural, "watch", None).await
+}
+
+/// Whether this client may `verb` `plural` of `group` (in `namespace`, or everywhere): a
+/// SelfSubjectAccessReview, which any authenticated user may create.
+async fn may(client: &kube::Client, group: &str, plural: &str, verb: &str, namespace: Option<&str>) -> bool {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
     };
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
-    for verb in ["list", "watch"] {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(group.to_string()),
-                    resource: Some(plural.to_string()),
-                    verb: Some(verb.to_string()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
-        match api.create(&kube::api::PostParams::default(), &review).await {
-            Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => return false,
-            Err(err) => {
-                warn!(error = %err, "an access review failed; taking the access as denied");
-                return false;
-            }
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.to_string()),
+                resource: Some(plural.to_string()),
+                verb: Some(verb.to_string()),
+                namespace: namespace.map(str::to_string),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    match api.create(&kube::api::PostParams::default(), &review).await {
+        Ok(answer) => answer.status.as_ref().is_some_and(|s| s.allowed),
+        Err(err) => {
+            warn!(error = %err, "an access review failed; taking the access as denied");
+            false
         }
     }
-    true
+}
+
+/// Settings that point at nothing: a watched namespace that does not exist, a checkpoint
+/// namespace that does not exist or cannot be written. Each warning names the setting and
+/// where its value came from; an answer of 403 (no right to look) is no finding.
+async fn check_places(
+    client: &kube::Client,
+    settings: &cli::Settings,
+    checkpoint_namespace: &str,
+    checkpoint_source: &str,
+) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let missing = |ns: String| {
+        let namespaces = namespaces.clone();
+        async move { matches!(namespaces.get(&ns).await, Err(kube::Error::Api(s)) if s.code == 404) }
+    };
+    let mut warnings = Vec::new();
+    for ns in settings.scoped_namespaces.iter().flatten() {
+        if missing(ns.clone()).await {
+            warnings.push(format!(
+                "watched namespace {ns:?} (from {}) does not exist; nothing is reloaded there until it is created",
+                settings.scoped_namespaces_source
+            ));
+        }
+    }
+    if missing(checkpoint_namespace.to_string()).await {
+        warnings.push(format!(
+            "the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}) does not exist; changes made while no replica runs will be missed"
+        ));
+    } else if !may(client, "", "configmaps", "update", Some(checkpoint_namespace)).await
+        || !may(client, "", "configmaps", "create", Some(checkpoint_namespace)).await
+    {
+        warnings.push(format!(
+            "this service account may not write ConfigMaps in the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}); changes made while no replica runs will be missed"
+        ));
+    }
+    warnings
 }
 
 /// Whether the API server serves `plural` in `api_version` (discovery; an error counts as no).

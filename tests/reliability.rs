@@ -229,3 +229,31 @@ async fn with_300_ms_added_to_every_exchange_every_change_is_handled_once() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn settings_that_point_at_nothing_are_named_with_their_source_at_start_and_in_readyz() {
+    with_temp_ns("nowhere", |_client, ns| async move {
+        // Reloader v2's unprefixed variables are read: an environment that happens to hold
+        // NAMESPACES=200 scopes the controller to a namespace that does not exist.
+        let nowhere = format!("{ns}-nowhere");
+        let gone = format!("{ns}-gone");
+        let env = [("NAMESPACES", nowhere.as_str()), ("POD_NAMESPACE", gone.as_str())];
+        let controller =
+            Controller::start_with_kubeconfig_env(&format!("{ns}-nowhere"), &ns, &[], &kubeconfig_path(), &env).await;
+        let readyz = controller.get("/readyz").await;
+        controller.stop().await;
+        assert!(
+            readyz.contains(&format!(
+                "watched namespace \"{nowhere}\" (from environment variable NAMESPACES) does not exist"
+            )),
+            "{readyz}"
+        );
+        assert!(
+            readyz.contains(&format!(
+                "the checkpoint namespace \"{gone}\" (from environment variable POD_NAMESPACE) does not exist"
+            )),
+            "{readyz}"
+        );
+    })
+    .await;
+}

@@ -23,6 +23,10 @@ pub struct AdminState {
     pub ownership: Option<tokio::sync::watch::Receiver<crate::lease::Ownership>>,
     /// What `/shards` and `/namespaces` read; `None` until wired.
     pub fleet: Option<Arc<FleetView>>,
+    /// Settings found at start to point at nothing (a namespace that does not exist, a
+    /// checkpoint that cannot be written), each naming the setting and where it came from.
+    /// Shown in `/readyz`'s body; they do not make the replica unready.
+    pub warnings: Arc<std::sync::RwLock<Vec<String>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,11 +97,16 @@ pub async fn serve(
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ok")
+    let (status, mut body) = if state.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready".to_string())
+    };
+    for warning in state.warnings.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        body.push_str("\nwarning: ");
+        body.push_str(warning);
     }
+    (status, body)
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
