@@ -39,8 +39,20 @@ async fn apply_and_login(
     ns: &str,
     manifest: &str,
 ) -> (std::path::PathBuf, Vec<(Api<DynamicObject>, String)>) {
+    apply_documents_and_login(client, ns, documents_in(manifest, ns)).await
+}
+
+/// The manifest's documents, placed in namespace `ns`.
+fn documents_in(manifest: &str, ns: &str) -> Vec<Value> {
     let text = manifest.replace("namespace: default", &format!("namespace: {ns}"));
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML");
+    serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML")
+}
+
+async fn apply_documents_and_login(
+    client: &Client,
+    ns: &str,
+    documents: Vec<Value>,
+) -> (std::path::PathBuf, Vec<(Api<DynamicObject>, String)>) {
     let mut cluster_scoped = Vec::new();
     for mut document in documents {
         if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
@@ -171,4 +183,116 @@ async fn the_fleet_manifest_runs_replicas_that_share_the_shards_with_its_rbac() 
         }
     })
     .await;
+}
+
+/// Run the reload suite against the manifest's RBAC as given: ready within 10 s, then one
+/// ConfigMap change reloads a Deployment, makes a CronJob's Job and creates a Job again, a
+/// `Reloaded` Event is written, and the checkpoint is saved. `Err` names the first thing missing.
+async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, label: &str) -> Result<(), String> {
+    use std::time::Duration;
+    Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("cm").create(client, ns).await;
+    Workload::new(Kind::Job, "batch").auto().env_from_configmap("cm").create(client, ns).await;
+    let job_uid = support::fixtures::workload_json(client, ns, Kind::Job, "batch").await["metadata"]["uid"].clone();
+    let selector = format!("--namespace-selector={}={label}", support::TEST_LABEL);
+    let controller = Controller::try_start(
+        &format!("{ns}-suite"),
+        ns,
+        &[selector.as_str(), "--is-openshift=false"],
+        path,
+        Duration::from_secs(10),
+    )
+    .await
+    .ok_or("not ready within 10 s (a watch or the checkpoint read was refused)")?;
+    let outcome = async {
+        let ready = tokio::time::Instant::now();
+        while controller.metric("reloader_store_objects{kind=\"workloads\"}").await < 3.0 {
+            if ready.elapsed() > Duration::from_secs(10) {
+                return Err("the workloads were not stored".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+        let hash = cm_hash(&[("k", "2")]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let web = ctx.recorded(Kind::Deployment, "web", Cm, "cm").await.as_deref() == Some(hash.as_str());
+            let job = support::fixtures::workload_json_opt(client, ns, Kind::Job, "batch").await;
+            let recreated = job.as_ref().is_some_and(|j| j["metadata"]["uid"] != job_uid);
+            let jobs = Kind::Job.api(client, ns).list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
+            let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+                .list(&Default::default())
+                .await
+                .map(|l| l.items.iter().any(|e| e.reason.as_deref() == Some("Reloaded")))
+                .unwrap_or(false);
+            if web && recreated && jobs >= 2 && events {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "after a change: Deployment reloaded {web}, Job created again {recreated}, CronJob's Job {}, Reloaded Event {events}",
+                    jobs >= 2
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    .await;
+    controller.stop().await;
+    outcome?;
+    let checkpoint = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt("reloader-fleet-checkpoint")
+        .await;
+    match checkpoint {
+        Ok(Some(cm)) if cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(" cm "))) => {
+            Ok(())
+        }
+        _ => Err("the checkpoint was not saved".to_string()),
+    }
+}
+
+/// Each RBAC rule of the cluster-wide manifest is needed: without it, the reload suite fails.
+#[tokio::test]
+async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
+    let rules_of = |docs: &[Value]| -> Vec<(usize, usize)> {
+        docs.iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+            .flat_map(|(i, d)| (0..d["rules"].as_array().map(Vec::len).unwrap_or(0)).map(move |r| (i, r)))
+            .collect()
+    };
+    let rule_count = rules_of(&documents_in(MANIFEST, "x")).len();
+    let mut report = Vec::new();
+    // First the whole manifest (the suite passes), then each rule taken away in turn.
+    for removed in std::iter::once(None).chain((0..rule_count).map(Some)) {
+        with_temp_ns("manifests-rules", |client, ns| {
+            let report = &mut report;
+            async move {
+                let mut docs = documents_in(MANIFEST, &ns);
+                let mut what = "nothing".to_string();
+                if let Some(index) = removed {
+                    let (doc, rule) = rules_of(&docs)[index];
+                    let taken = docs[doc]["rules"].as_array_mut().expect("rules").remove(rule);
+                    what = format!("{} rule {}", docs[doc]["kind"].as_str().unwrap_or_default(), taken);
+                }
+                let (path, cluster_scoped) = apply_documents_and_login(&client, &ns, docs).await;
+                let result = reload_suite(&client, &ns, &path, "manifests-rules").await;
+                for (api, name) in cluster_scoped {
+                    let _ = api.delete(&name, &DeleteParams::default()).await;
+                }
+                println!(
+                    "without {what}: {}",
+                    match &result {
+                        Ok(()) => "the suite passes".to_string(),
+                        Err(e) => format!("fails: {e}"),
+                    }
+                );
+                report.push((removed, what, result));
+            }
+        })
+        .await;
+    }
+    assert!(report[0].2.is_ok(), "the whole manifest must pass the suite: {:?}", report[0].2);
+    let unneeded: Vec<&String> = report[1..].iter().filter(|(_, _, r)| r.is_ok()).map(|(_, what, _)| what).collect();
+    assert!(unneeded.is_empty(), "rules nothing needs (remove them from the manifest): {unneeded:#?}");
 }

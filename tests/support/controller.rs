@@ -40,6 +40,33 @@ impl Controller {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Controller {
+        let mut controller = Self::spawn(name, home_namespace, args, kubeconfig, env);
+        if let Err(why) = controller.wait_ready(super::DEADLINE).await {
+            panic!("{why}");
+        }
+        controller
+    }
+
+    /// Start it and wait at most `deadline` for readiness; `None` if it did not become ready
+    /// (it is then stopped), for tests that expect a start to fail.
+    pub async fn try_start(
+        name: &str,
+        home_namespace: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+        deadline: Duration,
+    ) -> Option<Controller> {
+        let mut controller = Self::spawn(name, home_namespace, args, kubeconfig, &[]);
+        controller.wait_ready(deadline).await.ok().map(|()| controller)
+    }
+
+    fn spawn(
+        name: &str,
+        home_namespace: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Controller {
         let port = free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
         std::fs::create_dir_all(&dir).expect("create the test log folder");
@@ -61,25 +88,23 @@ impl Controller {
             .kill_on_drop(true)
             .spawn()
             .expect("start the reloader binary");
-        let mut controller = Controller { child: Some(child), port, log };
-        controller.wait_ready().await;
-        controller
+        Controller { child: Some(child), port, log }
     }
 
-    async fn wait_ready(&mut self) {
+    async fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
         let url = format!("http://127.0.0.1:{}/readyz", self.port);
         let log = self.log.clone();
         let child = self.child.as_mut().expect("running");
-        let deadline = tokio::time::Instant::now() + super::DEADLINE;
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("reloader exited with {status} before becoming ready; see {}", log.display());
+                return Err(format!("reloader exited with {status} before becoming ready; see {}", log.display()));
             }
             if http_get(&url).await.is_some_and(|(code, _)| code == 200) {
-                return;
+                return Ok(());
             }
             if tokio::time::Instant::now() > deadline {
-                panic!("reloader did not become ready; see {}", log.display());
+                return Err(format!("reloader did not become ready within {within:?}; see {}", log.display()));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
