@@ -31,6 +31,11 @@ fn ns_name(i: usize) -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("soak") {
+        let namespaces: usize = args.get(2).context("usage: loadtest soak <namespaces> <minutes>")?.parse()?;
+        let minutes: u64 = args.get(3).context("usage: loadtest soak <namespaces> <minutes>")?.parse()?;
+        return soak(namespaces, minutes).await;
+    }
     if args.len() != 5 {
         bail!("usage: loadtest <namespaces> <replicas> <cluster|scoped> <updates>");
     }
@@ -178,10 +183,18 @@ async fn populate_one(client: &Client, ns: &str) -> anyhow::Result<()> {
 }
 
 async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result<Vec<(Child, u16)>> {
-    let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
-    let log_dir = std::env::var("LOG_DIR").unwrap_or_else(|_| ".cluster/logs".into());
     let mut out = Vec::new();
     for r in 0..replicas {
+        out.push(start_one(r, replicas, namespaces, mode).await?);
+    }
+    Ok(out)
+}
+
+/// Start replica `r` of `replicas` (its log is appended to, so a restarted replica keeps one).
+async fn start_one(r: usize, replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result<(Child, u16)> {
+    let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
+    let log_dir = std::env::var("LOG_DIR").unwrap_or_else(|_| ".cluster/logs".into());
+    {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), "--shards=16".to_string()];
         if replicas > 1 {
@@ -193,7 +206,10 @@ async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result
             }
             _ => args.push(format!("--namespace-selector={LABEL}=1")),
         }
-        let log = std::fs::File::create(format!("{log_dir}/loadtest-{mode}-{replicas}-{r}.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(format!("{log_dir}/loadtest-{mode}-{replicas}-{r}.log"))?;
         let child = Command::new(&binary)
             .args(&args)
             .env("POD_NAME", format!("lt-replica-{r}"))
@@ -205,9 +221,96 @@ async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("cannot start {binary}"))?;
-        out.push((child, port));
+        Ok((child, port))
     }
-    Ok(out)
+}
+
+/// The soak: two replicas, 10 changes/s to `cfg-0` of the namespaces in turn for `minutes`,
+/// a SIGTERM (and restart) of one replica every 5 minutes, RSS, open file descriptors and
+/// connections sampled every minute. At the end every namespace's `app-0` must record its
+/// last value: none lost.
+async fn soak(namespaces: usize, minutes: u64) -> anyhow::Result<()> {
+    const RATE: u64 = 10;
+    let client = Client::try_default().await?;
+    populate(&client, namespaces).await?;
+    let mut controllers = start(2, namespaces, "cluster").await?;
+    wait_ready(&controllers.iter().map(|(_, p)| *p).collect::<Vec<_>>(), 2).await?;
+    let server_port = server_port()?;
+    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+    let started = Instant::now();
+    let mut last_value: HashMap<String, String> = HashMap::new();
+    let mut next = Instant::now();
+    let (mut sent, mut minute, mut restarts) = (0u64, 0u64, 0usize);
+    println!("soak: {namespaces} namespaces, 2 replicas, {RATE} changes/s for {minutes} min, a SIGTERM every 5 min");
+    println!("{:>4} {:>8} {:>22} {:>14} {:>14}", "MIN", "CHANGES", "RSS MiB (r0 / r1)", "FDS", "CONNECTIONS");
+    while started.elapsed() < Duration::from_secs(minutes * 60) {
+        let ns = ns_name((sent % namespaces as u64) as usize);
+        let value = format!("r{run}-s{sent}");
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .patch("cfg-0", &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } })))
+            .await?;
+        last_value.insert(ns, value);
+        sent += 1;
+        next += Duration::from_millis(1000 / RATE);
+        tokio::time::sleep_until(next.into()).await;
+        let now_minute = started.elapsed().as_secs() / 60;
+        if now_minute > minute {
+            minute = now_minute;
+            let mut cols = (Vec::new(), Vec::new(), Vec::new());
+            for (child, _) in &controllers {
+                let pid = child.id().unwrap_or(0);
+                cols.0.push(format!("{:.1}", rss_mib(pid).unwrap_or(0.0)));
+                cols.1.push(std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0).to_string());
+                cols.2.push(connections(pid, server_port).await.to_string());
+            }
+            println!(
+                "{minute:>4} {sent:>8} {:>22} {:>14} {:>14}",
+                cols.0.join(" / "),
+                cols.1.join(" / "),
+                cols.2.join(" / ")
+            );
+            if minute % 5 == 0 {
+                let r = restarts % 2;
+                let (mut child, _) = controllers.remove(r);
+                if let Some(pid) = child.id() {
+                    Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await?;
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+                controllers.insert(r, start_one(r, 2, namespaces, "cluster").await?);
+                restarts += 1;
+            }
+        }
+    }
+    // None lost: every namespace's app-0 ends up recording the last value of its cfg-0.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut missing = last_value.len();
+    while Instant::now() < deadline {
+        missing = 0;
+        for (ns, value) in &last_value {
+            let hash =
+                DataHash::of_configmap(&[("v".to_string(), value.clone())].into(), &Default::default()).to_string();
+            let d = Api::<Deployment>::namespaced(client.clone(), ns).get("app-0").await?;
+            let recorded = d.spec.and_then(|s| s.template.spec).and_then(|s| {
+                s.containers[0].env.as_ref()?.iter().find(|e| e.name == "STAKATER_CFG_0_CONFIGMAP")?.value.clone()
+            });
+            missing += usize::from(recorded.as_deref() != Some(hash.as_str()));
+        }
+        if missing == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!("soak done: {sent} changes, {restarts} SIGTERMs; namespaces not recording their last value: {missing}");
+    for (child, _) in controllers.iter_mut() {
+        if let Some(pid) = child.id() {
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+    }
+    if missing > 0 {
+        bail!("{missing} namespaces lost their last change");
+    }
+    Ok(())
 }
 
 async fn http_get(port: u16, path: &str) -> Option<String> {
