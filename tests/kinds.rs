@@ -87,13 +87,6 @@ async fn a_cronjob_gets_one_job_per_change_also_when_suspended_and_after_a_resta
         scenario("cronjobs", strategy, &[], |ctx, controller| async move {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
-            patch_configmap(
-                c,
-                ns,
-                "app-config",
-                json!({ "metadata": { "annotations": { "reloader.stakater.com/match": "true" } } }),
-            )
-            .await;
             create_secret(c, ns, "app-secret", &[("password", "a")]).await;
             let cj = |name: &str| Workload::new(Kind::CronJob, name);
             uses_both(cj("auto").auto(), "app-config", "app-secret").create(c, ns).await;
@@ -103,31 +96,14 @@ async fn a_cronjob_gets_one_job_per_change_also_when_suspended_and_after_a_resta
                 .env_from_configmap("app-config")
                 .create(c, ns)
                 .await;
-            cj("explicit")
-                .annotate("configmap.reloader.stakater.com/reload", "app-.*")
-                .container(json!({ "name": "plain" }))
-                .create(c, ns)
-                .await;
-            cj("search")
-                .annotate("reloader.stakater.com/search", "true")
-                .env_from_configmap("app-config")
-                .create(c, ns)
-                .await;
-            cj("excluded")
-                .auto()
-                .annotate("configmaps.exclude.reloader.stakater.com/reload", "app-config")
-                .env_from_configmap("app-config")
-                .create(c, ns)
-                .await;
-            wait_stored(&controller, 6).await;
+            // (Every rule on CronJobs: `every_rule_applies_to_cronjobs_jobs_and_rollouts...`.)
+            wait_stored(&controller, 3).await;
 
             patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
             let b = cm_hash(&[("mode", "b")]);
-            for name in ["auto", "suspended", "typed", "explicit", "search"] {
+            for name in ["auto", "suspended", "typed"] {
                 wait_jobs(&ctx, name, 1, Cm, "app-config", &b).await;
             }
-            // The candidates of one change are decided in one pass: "excluded" was decided too.
-            assert!(jobs_of(c, ns, "excluded").await.is_empty(), "an excluded ConfigMap must create no Job");
 
             let job = &jobs_of(c, ns, "auto").await[0];
             let meta = &job["metadata"];
@@ -153,9 +129,7 @@ async fn a_cronjob_gets_one_job_per_change_also_when_suspended_and_after_a_resta
             let s = secret_hash(&[("password", "b")]);
             wait_jobs(&ctx, "auto", 2, Sec, "app-secret", &s).await;
             wait_jobs(&ctx, "suspended", 2, Sec, "app-secret", &s).await;
-            for (name, count) in [("typed", 1), ("explicit", 1), ("search", 1), ("excluded", 0)] {
-                assert_eq!(jobs_of(c, ns, name).await.len(), count, "CronJob {name} after a restart and a replay");
-            }
+            assert_eq!(jobs_of(c, ns, "typed").await.len(), 1, "CronJob typed after a restart and a replay");
             controller
         })
         .await;
