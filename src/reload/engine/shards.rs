@@ -1,0 +1,179 @@
+//! Taking up and letting go of shards: each shard's checkpoint is loaded when the engine
+//! takes the shard up (and what changed meanwhile acted on), and saved when it lets go.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use tracing::{debug, info, warn};
+
+use super::{Engine, Transition};
+use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
+use crate::watch::{Cause, Change, ResourceKey, ResourceState};
+
+/// Checkpoints saved at once.
+const CHECKPOINT_SAVES: usize = 4;
+
+impl Engine {
+    /// Compare a shard's part of the synced store with its checkpoint: what changed while
+    /// nobody watched? Returns the changes to process, each with the transition to force.
+    fn initial_work(
+        &mut self,
+        shard: u32,
+        loaded: Option<HashMap<ResourceKey, ShortHash>>,
+    ) -> Vec<(Change, Option<Transition>)> {
+        let first_start = loaded.is_none();
+        let loaded = loaded.unwrap_or_default();
+        let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
+        let mut work = Vec::new();
+        let current: Vec<(ResourceKey, ResourceState)> =
+            self.store.resources().into_iter().filter(|(k, _)| self.shard_of(k) == shard).collect();
+        let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
+        for (key, state) in &current {
+            let change = Change { key: key.clone(), observed: Some(state.hash), previous: None, cause: Cause::Event };
+            match loaded.get(key) {
+                _ if replay_all => work.push((change, Some(Transition::Created))),
+                Some(last) if *last == short(&state.hash) => {
+                    self.acted.insert(key.clone(), *last);
+                }
+                Some(last) => {
+                    self.acted.insert(key.clone(), *last);
+                    work.push((change, None));
+                }
+                None if first_start => {
+                    // Reloader's default: what exists at the first start is the baseline.
+                    self.acted.insert(key.clone(), short(&state.hash));
+                }
+                None => work.push((change, None)),
+            }
+        }
+        for (key, last) in loaded {
+            if !present.contains(&key) && self.shard_of(&key) == shard {
+                self.acted.insert(key.clone(), last);
+                work.push((Change { key, observed: None, previous: None, cause: Cause::Event }, None));
+            }
+        }
+        work.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        for (change, _) in &work {
+            let key = &change.key;
+            debug!(shard, kind = key.kind.kind(), namespace = %key.namespace, name = %key.name,
+                checkpoint = ?self.acted.get(key), store = ?change.observed, "changed since the checkpoint");
+        }
+        work
+    }
+
+    pub(super) fn shard_of(&self, key: &ResourceKey) -> u32 {
+        self.config.ring.shard_of(&key.namespace)
+    }
+
+    fn checkpoint_name(&self, shard: u32) -> String {
+        if self.config.ring.shards() == 1 {
+            self.config.checkpoint_name.clone()
+        } else {
+            format!("{}-shard-{shard}", self.config.checkpoint_name)
+        }
+    }
+
+    /// Make the active shards equal `wanted`: save and drop the others, take up the new ones
+    /// (load the checkpoint, act on what changed meanwhile). A shard whose checkpoint cannot be
+    /// read stays inactive and is tried again on the next tick.
+    pub(super) async fn follow(&mut self, wanted: &BTreeSet<u32>) {
+        self.follow_shards(wanted).await;
+        self.metrics.shards_active.set(self.checkpoints.len() as i64);
+        self.active.send_replace(self.checkpoints.keys().copied().collect());
+    }
+
+    async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
+        let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
+        // Saved together, with one retry: after that, the next owner replays the recent changes
+        // (harmless). A shard not dirty has its checkpoint saved already.
+        let unsaved = |dirty: &BTreeSet<u32>| lost.intersection(dirty).copied().collect::<BTreeSet<u32>>();
+        if !self.save_shards(unsaved(&self.dirty)).await && !self.save_shards(unsaved(&self.dirty)).await {
+            warn!(shards = ?unsaved(&self.dirty), "letting go of shards with an unsaved checkpoint");
+        }
+        for shard in lost {
+            self.checkpoints.remove(&shard);
+            self.dirty.remove(&shard);
+            let keys: Vec<ResourceKey> = self.acted.keys().filter(|k| self.shard_of(k) == shard).cloned().collect();
+            for key in keys {
+                self.acted.remove(&key);
+                self.clear_retry(&key);
+            }
+            let ring = self.config.ring.clone();
+            self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
+            info!(shard, "shard let go");
+        }
+        for &shard in wanted {
+            if self.checkpoints.contains_key(&shard) {
+                continue;
+            }
+            // Owned now, and said so before acting: a Lease is never released under a shard
+            // being taken up (the lease room withdraws it, then waits for it to leave `active`).
+            if !self.owned.borrow().contains(&shard) {
+                continue;
+            }
+            self.active.send_modify(|a| {
+                a.insert(shard);
+            });
+            let mut checkpoint =
+                Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
+            let loaded = match checkpoint.load().await {
+                Ok(loaded) => loaded,
+                Err(err) => {
+                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(shard, error = %err, "cannot read the shard's checkpoint yet; retrying");
+                    self.active.send_modify(|a| {
+                        a.remove(&shard);
+                    });
+                    continue;
+                }
+            };
+            self.checkpoints.insert(shard, checkpoint);
+            let work = self.initial_work(shard, loaded);
+            info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
+            self.dirty.insert(shard);
+            for (change, forced) in work {
+                self.handle(change, forced).await;
+            }
+        }
+    }
+
+    /// The acted-on hashes of one shard.
+    fn entries(&self, shard: u32) -> HashMap<ResourceKey, ShortHash> {
+        self.acted.iter().filter(|(k, _)| self.shard_of(k) == shard).map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    pub(super) async fn save_dirty(&mut self) -> bool {
+        self.save_shards(self.dirty.clone()).await
+    }
+
+    /// Save the checkpoints of `shards`, a few at once; false if any save failed.
+    async fn save_shards(&mut self, shards: BTreeSet<u32>) -> bool {
+        let mut entries: HashMap<u32, HashMap<ResourceKey, ShortHash>> =
+            shards.iter().map(|&shard| (shard, self.entries(shard))).collect();
+        let saves = self.checkpoints.iter_mut().filter_map(|(&shard, checkpoint)| {
+            let entries = entries.remove(&shard)?;
+            Some(async move { (shard, checkpoint.save(&entries).await) })
+        });
+        let mut ok = true;
+        // A few at once: each concurrent request is a connection of its own (HTTP/1.1).
+        let mut pending: Vec<_> = saves.collect();
+        let mut results = Vec::with_capacity(pending.len());
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(CHECKPOINT_SAVES));
+            results.extend(futures::future::join_all(pending).await);
+            pending = rest;
+        }
+        for (shard, result) in results {
+            match result {
+                Ok(()) => {
+                    self.dirty.remove(&shard);
+                }
+                Err(err) => {
+                    ok = false;
+                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(shard, error = %err, "saving the checkpoint failed; retrying");
+                }
+            }
+        }
+        ok
+    }
+}
