@@ -214,29 +214,19 @@ pub fn parse() -> anyhow::Result<Args> {
     let mut cli: Vec<OsString> = std::env::args_os().collect();
     let first = Args::parse_from(cli.iter());
     let Some(path) = first.config.clone() else {
-        return with_sources(cli, &[], "");
+        return with_sources(cli, 0, "");
     };
     let file_args = file_args(&path)?;
     let program = cli.remove(0);
     let merged: Vec<OsString> =
-        std::iter::once(program).chain(file_args.iter().map(OsString::from)).chain(cli.iter().cloned()).collect();
-    let cli_flags: Vec<String> = cli.iter().map(|a| a.to_string_lossy().to_string()).collect();
-    with_sources(merged, &file_args, &path)
-        .map(|mut args| {
-            // A flag given on the command line too came from there, not from the file.
-            for (id, source) in args.sources.iter_mut() {
-                let flag = format!("--{}", id.replace('_', "-"));
-                if cli_flags.iter().any(|a| a == &flag || a.starts_with(&format!("{flag}="))) {
-                    *source = format!("flag {flag}");
-                }
-            }
-            args
-        })
-        .with_context(|| format!("invalid value in config file {path}"))
+        std::iter::once(program).chain(file_args.iter().map(OsString::from)).chain(cli).collect();
+    with_sources(merged, file_args.len(), &path).with_context(|| format!("invalid value in config file {path}"))
 }
 
-/// Parse `argv` and note where the settings that name places came from.
-fn with_sources(argv: Vec<OsString>, file_args: &[String], file: &str) -> anyhow::Result<Args> {
+/// Parse `argv`, whose first `from_file` arguments after the program name came from config
+/// file `file`, and note where each setting's value came from (the last occurrence wins, as
+/// in parsing).
+fn with_sources(argv: Vec<OsString>, from_file: usize, file: &str) -> anyhow::Result<Args> {
     use clap::parser::ValueSource;
     use clap::{CommandFactory, FromArgMatches};
     let matches = Args::command().try_get_matches_from(argv)?;
@@ -244,10 +234,10 @@ fn with_sources(argv: Vec<OsString>, file_args: &[String], file: &str) -> anyhow
     for arg in Args::command().get_arguments() {
         let id = arg.get_id().as_str();
         let flag = format!("--{}", arg.get_long().unwrap_or(id));
+        // Indices count the arguments after the program name from 1.
+        let last_index = matches.indices_of(id).and_then(Iterator::max).unwrap_or(usize::MAX);
         let source = match matches.value_source(id) {
-            Some(ValueSource::CommandLine) if file_args.iter().any(|a| a.starts_with(&format!("{flag}="))) => {
-                format!("config file {file}")
-            }
+            Some(ValueSource::CommandLine) if last_index <= from_file => format!("config file {file}"),
             Some(ValueSource::CommandLine) => format!("flag {flag}"),
             Some(ValueSource::EnvVariable) => {
                 format!("environment variable {}", arg.get_env().map(|e| e.to_string_lossy()).unwrap_or_default())
@@ -492,12 +482,14 @@ mod tests {
     #[test]
     fn sources_name_the_flag_or_the_file() {
         let argv = ["reloader", "--namespaces=a"].map(OsString::from).to_vec();
-        let args = with_sources(argv, &[], "").expect("valid flags");
+        let args = with_sources(argv, 0, "").expect("valid flags");
         assert_eq!(args.sources["namespaces"], "flag --namespaces");
         assert_eq!(args.sources["shards"], "the default of --shards");
-        let argv = ["reloader", "--shards=4"].map(OsString::from).to_vec();
-        let args = with_sources(argv, &["--shards=4".to_string()], "fleet.yaml").expect("valid flags");
+        // The file's arguments come first; the command line repeats one and wins.
+        let argv = ["reloader", "--shards=4", "--namespaces=a", "--namespaces=b"].map(OsString::from).to_vec();
+        let args = with_sources(argv, 2, "fleet.yaml").expect("valid flags");
         assert_eq!(args.sources["shards"], "config file fleet.yaml");
+        assert_eq!(args.sources["namespaces"], "flag --namespaces");
     }
 
     #[test]

@@ -16,7 +16,9 @@ use support::controller::{
     Controller, start_fleet_replica as start, start_fleet_replica_via as start_via,
     start_fleet_replica_with as start_with,
 };
-use support::fixtures::{Kind, Workload, cm_hash, create_configmap, create_namespace, generation, patch_configmap};
+use support::fixtures::{
+    Kind, KindExt, Workload, cm_hash, create_configmap, create_namespace, generation, patch_configmap,
+};
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};

@@ -15,8 +15,8 @@ use reloader_fleet::watch::{DataHash, ResourceKind};
 use serde_json::{Value, json};
 use support::crds;
 use support::fixtures::{
-    Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret, secret_hash,
-    workload_json,
+    Kind, KindExt, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret,
+    secret_hash, workload_json,
 };
 use support::scenario::{Ctx, scenario, wait_stored};
 use support::wait_for;

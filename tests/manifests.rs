@@ -12,7 +12,7 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
 use support::controller::Controller;
-use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
+use support::fixtures::{Kind, KindExt, Workload, cm_hash, create_configmap, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
 use support::{kubeconfig_path, with_temp_ns};
 

@@ -13,7 +13,7 @@ use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec};
 use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{
-    Kind, Workload, cm_hash, create_configmap, create_secret, patch_configmap, patch_secret, secret_hash,
+    Kind, KindExt, Workload, cm_hash, create_configmap, create_secret, patch_configmap, patch_secret, secret_hash,
 };
 use support::scenario::{Ctx, wait_stored};
 use support::{kubeconfig_path, with_temp_ns};

@@ -81,7 +81,6 @@ pub struct Alert {
 
 /// The request body and its content type for `alert` under `config`.
 pub fn payload(config: &AlertConfig, alert: &Alert) -> (&'static str, Vec<u8>) {
-    let json = |value: &dyn erased::Json| ("application/json", value.to_bytes());
     let info = config.additional_info.as_str();
     if !config.structured {
         // Reloader v1.
@@ -241,16 +240,9 @@ pub fn http_client(proxy: Option<&reqwest::Url>) -> Result<reqwest::Client, reqw
     builder.build()
 }
 
-mod erased {
-    /// Serialize any payload struct to bytes; its fields cannot fail to serialize.
-    pub trait Json {
-        fn to_bytes(&self) -> Vec<u8>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_bytes(&self) -> Vec<u8> {
-            serde_json::to_vec(self).unwrap_or_default()
-        }
-    }
+/// A payload as JSON; payloads are strings and lists, which cannot fail to serialize.
+fn json(value: &impl Serialize) -> (&'static str, Vec<u8>) {
+    ("application/json", serde_json::to_vec(value).unwrap_or_default())
 }
 
 // The payload shapes. Field order is the wire order Reloader's Go structs give.

@@ -6,45 +6,29 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{LAST_RELOADED_FROM, env_var_name};
-use reloader_fleet::watch::{DataHash, ResourceKind, WorkloadKind};
+use reloader_fleet::watch::{DataHash, ResourceKind};
 use serde_json::{Value, json};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Deployment,
-    DaemonSet,
-    StatefulSet,
-    CronJob,
-    Job,
-    Rollout,
-    DeploymentConfig,
-}
+/// The workload kinds, as the controller's own table has them.
+pub use reloader_fleet::watch::WorkloadKind as Kind;
 
 /// The kinds patched in place, which every reload-rule test covers.
 pub const ALL_KINDS: [Kind; 3] = [Kind::Deployment, Kind::DaemonSet, Kind::StatefulSet];
 
-impl Kind {
-    /// The controller's own table says where each kind lives.
-    fn workload_kind(self) -> WorkloadKind {
-        match self {
-            Kind::Deployment => WorkloadKind::Deployment,
-            Kind::DaemonSet => WorkloadKind::DaemonSet,
-            Kind::StatefulSet => WorkloadKind::StatefulSet,
-            Kind::CronJob => WorkloadKind::CronJob,
-            Kind::Job => WorkloadKind::Job,
-            Kind::Rollout => WorkloadKind::Rollout,
-            Kind::DeploymentConfig => WorkloadKind::DeploymentConfig,
-        }
+/// What tests do with a kind, from the controller's kind table.
+pub trait KindExt {
+    fn api(self, client: &Client, ns: &str) -> Api<DynamicObject>;
+    /// Where the pod template sits in an object of this kind (a JSON pointer).
+    fn template_pointer(self) -> String;
+}
+
+impl KindExt for Kind {
+    fn api(self, client: &Client, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), ns, &self.api_resource())
     }
 
-    pub fn api(self, client: &Client, ns: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), ns, &self.workload_kind().api_resource())
-    }
-
-    /// Where the pod template sits in an object of this kind.
-    pub fn template_pointer(self) -> String {
-        let path: Vec<&str> = self.workload_kind().spec().template.to_vec();
-        format!("/spec/{}", path.join("/"))
+    fn template_pointer(self) -> String {
+        format!("/spec/{}", self.spec().template.join("/"))
     }
 }
 
@@ -136,7 +120,7 @@ impl Workload {
                 "jobTemplate": { "metadata": { "labels": labels }, "spec": { "backoffLimit": 0, "template": template } }
             }),
         };
-        let kind = self.kind.workload_kind();
+        let kind = self.kind;
         json!({
             "apiVersion": kind.api_version(), "kind": kind.kind(),
             "metadata": { "name": self.name, "annotations": self.annotations },

@@ -10,7 +10,7 @@ use reloader_fleet::watch::ResourceKind;
 use super::controller::Controller;
 use serde_json::Value;
 
-use super::fixtures::{Kind, recorded_annotation_in, recorded_env_in, workload_json_opt};
+use super::fixtures::{Kind, KindExt, recorded_annotation_in, recorded_env_in, workload_json_opt};
 use super::{wait_for, with_temp_ns};
 
 /// What a scenario body gets.
