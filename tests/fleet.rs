@@ -427,15 +427,21 @@ async fn a_namespace_labelled_in_or_out_joins_or_leaves_the_fleet_at_run_time() 
         let b = start(&home, &format!("{home}-b"), &label).await;
         let owned =
             || async { a.metric("reloader_namespaces_owned").await + b.metric("reloader_namespaces_owned").await };
-        wait_for("the served namespaces owned", || async { (owned().await == served).then_some(()) }).await;
+        // A fleet at rest: both replicas act on their shards (a namespace labelled in during a
+        // handoff is the handoff tests' matter).
+        wait_for("the served namespaces owned by a balanced fleet", || async {
+            (owned().await == served && balanced(&[&a, &b]).await).then_some(())
+        })
+        .await;
         let body: serde_json::Value = serde_json::from_str(&a.get(&format!("/namespaces/{late}")).await).expect("JSON");
         assert_eq!(body["selected"], false, "{body}");
 
-        // Labelled in: it joins, and its next change is served once.
+        // Labelled in, and its ConfigMap changed at once (as one `kubectl apply` of both does):
+        // it joins, and the change is served once although it may arrive before the label.
         let labels = |v: serde_json::Value| json!({ "metadata": { "labels": { key: v } } });
         api.patch(&late, &PatchParams::default(), &Patch::Merge(labels(json!(value)))).await.expect("label");
-        wait_for("the labelled namespace owned", || async { (owned().await == served + 1.0).then_some(()) }).await;
         update_all(&client, std::slice::from_ref(&late), "1").await;
+        wait_for("the labelled namespace owned", || async { (owned().await == served + 1.0).then_some(()) }).await;
 
         // Labelled out: it leaves, and a change is no longer served.
         api.patch(&late, &PatchParams::default(), &Patch::Merge(labels(serde_json::Value::Null)))

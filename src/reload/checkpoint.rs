@@ -57,6 +57,8 @@ pub struct Checkpoint {
     name: String,
     /// The resourceVersion last read or written, for the write precondition.
     resource_version: Option<String>,
+    /// The text last read or written: a save of the same text writes nothing.
+    text: Option<String>,
 }
 
 impl Checkpoint {
@@ -66,6 +68,7 @@ impl Checkpoint {
             namespace: namespace.to_string(),
             name: name.to_string(),
             resource_version: None,
+            text: None,
         }
     }
 
@@ -91,6 +94,7 @@ impl Checkpoint {
         };
         self.resource_version = cm.metadata.resource_version.clone();
         let text = cm.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(String::as_str).unwrap_or("");
+        self.text = Some(text.to_string());
         let (entries, unreadable) = parse(text);
         if unreadable > 0 && entries.is_empty() {
             // Nothing usable (edited by hand, or written by something else): taken like a first
@@ -113,7 +117,11 @@ impl Checkpoint {
     /// # Errors
     /// When the ConfigMap cannot be written.
     pub async fn save(&mut self, entries: &HashMap<ResourceKey, ShortHash>) -> Result<(), Error> {
-        let data = BTreeMap::from([(DATA_KEY.to_string(), render(entries))]);
+        let text = render(entries);
+        if self.text.as_ref() == Some(&text) {
+            return Ok(());
+        }
+        let data = BTreeMap::from([(DATA_KEY.to_string(), text.clone())]);
         for _ in 0..3 {
             let cm = ConfigMap {
                 metadata: ObjectMeta {
@@ -136,6 +144,7 @@ impl Checkpoint {
             match result {
                 Ok(written) => {
                     self.resource_version = written.metadata.resource_version;
+                    self.text = Some(text);
                     return Ok(());
                 }
                 Err(Error::Api { source: kube::Error::Api(status), .. }) if status.code == 409 => {

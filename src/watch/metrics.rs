@@ -9,7 +9,9 @@ pub struct Metrics {
     pub events_received: IntCounterVec,
     /// Watch stream errors (each is retried with backoff).
     pub watch_errors: IntCounter,
-    /// `reloader_store_objects{kind="resources"|"workloads"}`: what this replica holds.
+    /// `reloader_store_objects{kind="resources"|"workloads"|"unselected"}`: what this replica
+    /// holds (`unselected`: compact states of resources in owned namespaces outside the label
+    /// selection, the baseline should one be labelled in).
     pub store_objects: IntGaugeVec,
     /// `reloader_namespaces_owned`: namespaces of owned shards with objects this replica watches.
     pub namespaces_owned: IntGauge,

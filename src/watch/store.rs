@@ -14,11 +14,16 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{DataHash, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
 
 #[derive(Default)]
 struct Inner {
     resources: HashMap<ResourceKey, ResourceState>,
+    /// The hash each resource had when it was loaded (by a list, or as the baseline of a
+    /// namespace that joined); none for a resource a watch event created. Changes made since
+    /// may still be on their way to the engine, which takes this, not the current hash, as what
+    /// was known before them.
+    baselines: HashMap<ResourceKey, DataHash>,
     workloads: HashMap<WorkloadKey, Arc<Workload>>,
     refs: HashMap<ResourceKey, BTreeSet<WorkloadKey>>,
     explicit: HashMap<Arc<str>, BTreeSet<WorkloadKey>>,
@@ -94,6 +99,11 @@ impl Store {
         self.read().resources.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
+    /// The load-time hashes ([`Inner::baselines`]) of the resources for which `keep` holds.
+    pub fn baselines(&self, keep: impl Fn(&ResourceKey) -> bool) -> HashMap<ResourceKey, DataHash> {
+        self.read().baselines.iter().filter(|(k, _)| keep(k)).map(|(k, h)| (k.clone(), *h)).collect()
+    }
+
     /// Every namespace with a stored object.
     pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
         self.read().per_namespace.keys().cloned().collect()
@@ -125,13 +135,27 @@ impl Writer {
         self.store.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Store a resource's state; returns the state it replaces.
+    /// Store a resource's state; returns the state it replaces. A resource new to the store is
+    /// loaded: its state is its baseline.
     pub fn apply_resource(&self, key: ResourceKey, state: ResourceState) -> Option<ResourceState> {
+        self.insert_resource(key, state, true)
+    }
+
+    /// Store a resource a watch event created: it has no baseline (its creation is a change).
+    pub fn apply_created_resource(&self, key: ResourceKey, state: ResourceState) {
+        self.insert_resource(key, state, false);
+    }
+
+    fn insert_resource(&self, key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
         let mut inner = self.write();
         let namespace = key.namespace.clone();
-        let previous = inner.resources.insert(key, state);
+        let hash = state.hash;
+        let previous = inner.resources.insert(key.clone(), state);
         if previous.is_none() {
             inner.count(&namespace, true);
+            if loaded {
+                inner.baselines.insert(key, hash);
+            }
         }
         previous
     }
@@ -139,6 +163,7 @@ impl Writer {
     pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
         let mut inner = self.write();
         let gone = inner.resources.remove(key);
+        inner.baselines.remove(key);
         if gone.is_some() {
             inner.count(&key.namespace, false);
         }
@@ -186,15 +211,18 @@ impl Writer {
         }
     }
 
-    /// Every namespace with a stored object.
-    /// Drop everything stored for a namespace (it left this replica's scope).
-    pub fn forget_namespace(&self, namespace: &str) {
+    /// Drop everything stored for a namespace (it left this replica's scope); returns its
+    /// resources as they were.
+    pub fn forget_namespace(&self, namespace: &str) -> Vec<(ResourceKey, ResourceState)> {
         let mut inner = self.write();
-        inner.resources.retain(|k, _| &*k.namespace != namespace);
+        let keys = keys_in(inner.resources.keys(), |k| &*k.namespace == namespace);
+        inner.baselines.retain(|k, _| &*k.namespace != namespace);
+        let resources = keys.into_iter().filter_map(|k| inner.resources.remove(&k).map(|state| (k, state))).collect();
         inner.workloads.retain(|k, _| &*k.namespace != namespace);
         inner.refs.retain(|k, _| &*k.namespace != namespace);
         inner.explicit.remove(namespace);
         inner.per_namespace.remove(namespace);
+        resources
     }
 }
 
@@ -294,6 +322,22 @@ mod tests {
         assert_eq!(store.len(), (1, 0));
         assert!(store.resource(&cm("b", "cm")).is_some());
         assert_eq!(store.namespaces().into_iter().collect::<Vec<_>>(), vec![Arc::from("b")]);
+    }
+
+    #[test]
+    fn a_loaded_resource_keeps_its_baseline_through_updates_and_a_created_one_has_none() {
+        let (store, writer) = Store::new(vec![]);
+        let state = |data: &[u8]| ResourceState { hash: DataHash::of_bytes(data), ignored: false, search_match: false };
+        writer.apply_resource(cm("a", "listed"), state(b"0"));
+        writer.apply_resource(cm("a", "listed"), state(b"1"));
+        writer.apply_created_resource(cm("a", "created"), state(b"0"));
+        writer.apply_resource(cm("b", "listed"), state(b"0"));
+        let in_a = store.baselines(|k| &*k.namespace == "a");
+        assert_eq!(in_a, HashMap::from([(cm("a", "listed"), DataHash::of_bytes(b"0"))]));
+        writer.delete_resource(&cm("a", "listed"));
+        let forgotten = writer.forget_namespace("b");
+        assert_eq!(forgotten, vec![(cm("b", "listed"), state(b"0"))]);
+        assert!(store.baselines(|_| true).is_empty());
     }
 
     #[test]

@@ -36,6 +36,9 @@ use crate::watch::wire::{
 use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
 
 mod csi_events;
+mod unselected;
+
+use unselected::Unselected;
 
 /// What to watch and what to keep.
 #[derive(Clone, Debug)]
@@ -161,6 +164,7 @@ pub async fn run(
         all_synced: false,
         loading: HashSet::new(),
         deferred: Vec::new(),
+        unselected: Unselected::default(),
         csi: CsiState::default(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
@@ -239,6 +243,9 @@ struct WatchTask {
     loading: HashSet<String>,
     /// Changes in `loading` namespaces, held until they are loaded.
     deferred: Vec<Change>,
+    /// ConfigMaps and Secrets of owned namespaces outside the label selection: the baseline of
+    /// a namespace labelled in.
+    unselected: Unselected,
     /// Pod statuses and classes of the Secrets Store CSI driver, folded into one resource
     /// per SecretProviderClass.
     csi: CsiState,
@@ -298,31 +305,37 @@ impl WatchTask {
                 let name = ns.metadata.name.clone().unwrap_or_default();
                 let labels = ns.metadata.labels.clone().unwrap_or_default();
                 self.namespace_labels.insert(name.clone(), labels);
-                gained |= self.reselect(&name);
+                gained |= self.reselect(&name, ns.metadata.resource_version.as_deref());
             }
             WatchEvent::Delete(ns) => {
                 let name = ns.metadata.name.clone().unwrap_or_default();
                 self.namespace_labels.remove(&name);
-                self.reselect(&name);
+                self.reselect(&name, None);
             }
             WatchEvent::InitDone => {
                 let known: Vec<String> = self.selected.iter().cloned().collect();
                 for name in known {
-                    self.reselect(&name);
+                    self.reselect(&name, None);
                 }
             }
         }
         gained
     }
 
-    /// Re-evaluate one namespace; returns true if it newly joined.
-    fn reselect(&mut self, name: &str) -> bool {
+    /// Re-evaluate one namespace (its Namespace object now at `resource_version`); returns true
+    /// if it newly joined.
+    fn reselect(&mut self, name: &str, resource_version: Option<&str>) -> bool {
         let selected =
             self.namespace_labels.get(name).is_some_and(|labels| self.config.filter.select(name, labels).is_selected());
         if selected {
             let joined = self.selected.insert(name.to_string());
             if joined && self.all_synced {
                 self.loading.insert(name.to_string());
+                // The relist that loads it diffs against the state its resources had when it
+                // joined: a change made since is a change, not a first sighting.
+                for (key, state) in self.unselected.take_namespace(name, resource_version) {
+                    self.writer.apply_resource(key, state);
+                }
             }
             joined
         } else {
@@ -330,10 +343,21 @@ impl WatchTask {
             self.deferred.retain(|c| &*c.key.namespace != name);
             if self.selected.remove(name) {
                 debug!(namespace = name, "namespace left the selection; forgetting its objects");
-                self.forget_namespace(name);
+                for (key, state) in self.writer.forget_namespace(name) {
+                    self.unselected.keep(key, state);
+                }
+                self.csi.forget_namespace(name);
             }
             false
         }
+    }
+
+    /// Whether resources of unselected namespaces are kept: only where a namespace can join at
+    /// run time (cluster-wide watches with a label selector), and only in owned shards.
+    fn keeps_unselected(&self, namespace: &str) -> bool {
+        self.config.namespaces.is_none()
+            && self.config.filter.needs_labels()
+            && self.owned.contains(&self.config.ring.shard_of(namespace))
     }
 
     /// Update the store gauges, and publish the owned shards as synced once every stream has
@@ -342,6 +366,7 @@ impl WatchTask {
         let (resources, workloads) = self.writer.store().len();
         self.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
         self.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
+        self.metrics.store_objects.with_label_values(&["unselected"]).set(self.unselected.len() as i64);
         self.metrics.namespaces_owned.set(self.writer.store().namespace_count() as i64);
         if self.streams.values().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
             self.all_synced = true;
@@ -362,6 +387,8 @@ impl WatchTask {
                     self.forget_namespace(&namespace);
                 }
             }
+            let (ring, owned) = (self.config.ring.clone(), now_owned.clone());
+            self.unselected.retain_namespaces(|ns| owned.contains(&ring.shard_of(ns)));
             info!(lost = ?lost, "lost shards; forgot their objects");
         }
         self.owned = now_owned;
@@ -515,7 +542,10 @@ impl WatchTask {
         kind: ResourceKind,
         event: WatchEvent<K>,
         compact: impl Fn(&K) -> (Option<String>, Option<String>, ResourceState),
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        K: Resource,
+    {
         // The first list of all is reconciled by the engine as a whole; later lists send only
         // what differs from the store. A resource a list finds new (a shard or namespace just
         // gained) is not a change: its first change carries the store's hash as baseline. This
@@ -530,13 +560,22 @@ impl WatchTask {
                     return Ok(());
                 };
                 self.metrics.events_received.with_label_values(&["update", kind.plural()]).inc();
-                if !self.is_selected(&namespace) {
+                let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
+                if !self.is_selected(&key.namespace) {
+                    if self.keeps_unselected(&key.namespace) {
+                        self.stream(stream).saw(&key.namespace, &key.name);
+                        self.unselected.observe(key, state, obj.meta().resource_version.as_deref());
+                    }
                     return Ok(());
                 }
-                let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 self.stream(stream).saw(&key.namespace, &key.name);
-                let previous = self.writer.apply_resource(key.clone(), state.clone()).map(|p| p.hash);
+                let previous = self.writer.store().resource(&key).map(|p| p.hash);
                 let new_here = previous.is_none() && cause == Cause::Event;
+                if new_here {
+                    self.writer.apply_created_resource(key.clone(), state.clone());
+                } else {
+                    self.writer.apply_resource(key.clone(), state.clone());
+                }
                 if emit && (new_here || previous.is_some_and(|p| p != state.hash)) {
                     self.send(Change { key, observed: Some(state.hash), previous, cause }).await?;
                 }
@@ -547,6 +586,7 @@ impl WatchTask {
                 };
                 self.metrics.events_received.with_label_values(&["delete", kind.plural()]).inc();
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
+                self.unselected.remove(&key);
                 if let Some(gone) = self.writer.delete_resource(&key)
                     && emit
                 {
@@ -555,6 +595,9 @@ impl WatchTask {
             }
             WatchEvent::InitDone => {
                 let (scope, seen) = self.stream(stream).finish_list();
+                if scope.is_none() {
+                    self.unselected.retain_listed(kind, &seen);
+                }
                 for key in self.writer.resource_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone()))
                         && let Some(gone) = self.writer.delete_resource(&key)

@@ -123,3 +123,34 @@ fn random_suffix() -> String {
     );
     format!("{:08x}", hasher.finish() as u32)
 }
+
+/// A kubeconfig (written under the test target folder) that authenticates as ServiceAccount
+/// `name` of `ns` with a token of its own: what the controller runs as in a pod.
+pub async fn login_as(client: &Client, ns: &str, name: &str) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request: TokenRequest =
+        serde_json::from_value(serde_json::json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
+            .expect("token request JSON");
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount")
+        .status
+        .expect("token status")
+        .token
+        .expect("a token in the status");
+    let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
+    let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{ "name": "local", "cluster": {
+            "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
+        "users": [{ "name": "reloader", "user": { "token": token } }],
+        "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
+        "current-context": "local"
+    });
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}-{name}.kubeconfig"));
+    std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
+    path
+}

@@ -79,7 +79,7 @@ impl Ctx {
 
     /// Wait until the workload records `hash` for the resource.
     pub async fn wait_reloaded(&self, kind: Kind, workload: &str, rkind: ResourceKind, rname: &str, hash: &str) {
-        let what = format!("{kind:?} {workload} to record {} {rname} = {hash}", rkind.kind());
+        let what = format!("{kind:?} {}/{workload} to record {} {rname} = {hash}", self.ns, rkind.kind());
         wait_for(&what, || async {
             (self.recorded(kind, workload, rkind, rname).await.as_deref() == Some(hash)).then_some(())
         })

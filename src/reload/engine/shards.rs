@@ -26,6 +26,7 @@ impl Engine {
         let mut work = Vec::new();
         let current: Vec<(ResourceKey, ResourceState)> =
             self.store.resources().into_iter().filter(|(k, _)| self.shard_of(k) == shard).collect();
+        let baselines = if first_start { self.store.baselines(|k| self.shard_of(k) == shard) } else { HashMap::new() };
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
             let change = Change { key: key.clone(), observed: Some(state.hash), previous: None, cause: Cause::Event };
@@ -38,10 +39,18 @@ impl Engine {
                     self.acted.insert(key.clone(), *last);
                     work.push((change, None));
                 }
-                None if first_start => {
-                    // Reloader's default: what exists at the first start is the baseline.
-                    self.acted.insert(key.clone(), short(&state.hash));
-                }
+                // Reloader's default: what the first list found is the baseline. A change since
+                // (the store may be ahead of the changes on their way here) is acted on now.
+                None if first_start => match baselines.get(key) {
+                    Some(loaded) => {
+                        self.acted.insert(key.clone(), short(loaded));
+                        if *loaded != state.hash {
+                            work.push((change, None));
+                        }
+                    }
+                    // Created since the list: its creation decides.
+                    None => work.push((change, None)),
+                },
                 None => work.push((change, None)),
             }
         }
@@ -84,10 +93,13 @@ impl Engine {
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
         let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         // Saved together, with one retry: after that, the next owner replays the recent changes
-        // (harmless). A shard not dirty has its checkpoint saved already.
-        let unsaved = |dirty: &BTreeSet<u32>| lost.intersection(dirty).copied().collect::<BTreeSet<u32>>();
-        if !self.save_shards(unsaved(&self.dirty)).await && !self.save_shards(unsaved(&self.dirty)).await {
-            warn!(shards = ?unsaved(&self.dirty), "letting go of shards with an unsaved checkpoint");
+        // (harmless). Every lost shard is saved (a save that would write what the checkpoint
+        // holds writes nothing): resources loaded since the last save (a namespace labelled in)
+        // go into it with their baselines, so the next owner finds them known.
+        if !self.save_shards(lost.clone()).await
+            && !self.save_shards(lost.intersection(&self.dirty).copied().collect()).await
+        {
+            warn!(shards = ?lost.intersection(&self.dirty).collect::<Vec<_>>(), "letting go of shards with an unsaved checkpoint");
         }
         for shard in lost {
             self.checkpoints.remove(&shard);
@@ -136,9 +148,15 @@ impl Engine {
         }
     }
 
-    /// The acted-on hashes of one shard.
+    /// The checkpoint of one shard: the acted-on hashes, and the baselines of stored resources
+    /// never acted on (so a change still on its way here is one for the next owner too).
     fn entries(&self, shard: u32) -> HashMap<ResourceKey, ShortHash> {
-        self.acted.iter().filter(|(k, _)| self.shard_of(k) == shard).map(|(k, v)| (k.clone(), *v)).collect()
+        let mut entries: HashMap<ResourceKey, ShortHash> =
+            self.acted.iter().filter(|(k, _)| self.shard_of(k) == shard).map(|(k, v)| (k.clone(), *v)).collect();
+        for (key, loaded) in self.store.baselines(|k| self.shard_of(k) == shard) {
+            entries.entry(key).or_insert_with(|| short(&loaded));
+        }
+        entries
     }
 
     pub(super) async fn save_dirty(&mut self) -> bool {
