@@ -3,10 +3,7 @@
 
 mod support;
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
@@ -14,7 +11,7 @@ use serde_json::{Value, json};
 use support::controller::Controller;
 use support::fixtures::{Kind, KindExt, Workload, cm_hash, create_configmap, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
-use support::{kubeconfig_path, with_temp_ns};
+use support::with_temp_ns;
 
 const MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader.yaml");
 const NAMESPACED_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-namespaced.yaml");
@@ -71,32 +68,9 @@ async fn apply_documents_and_login(
             cluster_scoped.push((api, object.metadata.name.clone().unwrap_or_default()));
         }
     }
-    let request: TokenRequest =
-        serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
-            .expect("token request JSON");
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .create_token_request("reloader-reloader", &PostParams::default(), &request)
-        .await
-        .expect("a token for the ServiceAccount")
-        .status
-        .expect("token status")
-        .token
-        .expect("a token in the status");
-    let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
-    let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
-    let kubeconfig = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{ "name": "local", "cluster": {
-            "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
-        "users": [{ "name": "reloader", "user": { "token": token } }],
-        "contexts": [{ "name": "local", "context": { "cluster": "local", "user": "reloader" } }],
-        "current-context": "local"
-    });
     create_configmap(client, ns, "cm", &[("k", "1")]).await;
     Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
-    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}.kubeconfig"));
-    std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
-    (path, cluster_scoped)
+    (support::login_as(client, ns, "reloader-reloader").await, cluster_scoped)
 }
 
 #[tokio::test]

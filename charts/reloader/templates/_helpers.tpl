@@ -1,0 +1,188 @@
+{{/* Names and labels as Reloader's chart makes them, so that an upgrade keeps every object. */}}
+
+{{- define "reloader-name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" | lower -}}
+{{- end -}}
+
+{{- define "reloader-fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (default .Chart.Name .Values.nameOverride) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reloader-labels.chart" -}}
+app: {{ include "reloader-fullname" . }}
+chart: "{{ .Chart.Name }}-{{ .Chart.Version }}"
+release: {{ .Release.Name | quote }}
+heritage: {{ .Release.Service | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+{{- end -}}
+
+{{- define "reloader-match-labels" -}}
+app: {{ include "reloader-fullname" . }}
+release: {{ .Release.Name | quote }}
+{{- with .Values.reloader.matchLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "reloader-namespace" -}}
+{{- .Values.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{- define "reloader-serviceAccountName" -}}
+{{- if .Values.reloader.serviceAccount.create -}}
+{{- default (include "reloader-fullname" .) .Values.reloader.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.reloader.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reloader-helm3.annotations" -}}
+meta.helm.sh/release-namespace: {{ .Release.Namespace | quote }}
+meta.helm.sh/release-name: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{- define "reloader-image" -}}
+{{- $repository := .Values.image.repository | default .Values.image.name -}}
+{{- if .Values.global.imageRegistry -}}
+{{- $repository = printf "%s/%s" .Values.global.imageRegistry $repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion | toString) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces of scoped mode: the release's and the listed ones, sorted, once each. */}}
+{{- define "reloader-scoped-namespaces" -}}
+{{- $all := append (.Values.reloader.namespaces | default list) (include "reloader-namespace" .) -}}
+{{- $all | uniq | sortAlpha | join "," -}}
+{{- end -}}
+
+{{- define "reloader-podAntiAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+  - weight: 100
+    podAffinityTerm:
+      labelSelector:
+        matchExpressions:
+        - key: app
+          operator: In
+          values:
+          - {{ include "reloader-fullname" . }}
+      topologyKey: "kubernetes.io/hostname"
+{{- end -}}
+
+{{/*
+The rules the controller needs in every namespace it watches: read ConfigMaps and Secrets (unless
+ignored), keep a store of the workloads (watch) and write them, create Jobs for CronJobs, post
+Events. Namespaces are added for the ClusterRole only.
+*/}}
+{{- define "reloader-rules" -}}
+{{- $v := .Values.reloader -}}
+{{- if not (and $v.ignoreSecrets $v.ignoreConfigMaps) }}
+- apiGroups: [""]
+  resources:
+  {{- if not $v.ignoreSecrets }}
+  - secrets
+  {{- end }}
+  {{- if not $v.ignoreConfigMaps }}
+  - configmaps
+  {{- end }}
+  verbs: [list, get, watch]
+{{- end }}
+{{- if $v.isOpenshift }}
+- apiGroups: [apps.openshift.io]
+  resources: [deploymentconfigs]
+  verbs: [list, get, watch, update, patch]
+{{- end }}
+{{- if $v.isArgoRollouts }}
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [list, get, watch, update, patch]
+{{- end }}
+- apiGroups: [apps]
+  resources: [deployments, daemonsets, statefulsets]
+  verbs: [list, get, watch, update, patch]
+{{- if not $v.ignoreCronJobs }}
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [list, get, watch, patch]
+{{- end }}
+{{- if not $v.ignoreJobs }}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete, list, get, watch]
+{{- end }}
+{{- if $v.enableCSIIntegration }}
+- apiGroups: [secrets-store.csi.x-k8s.io]
+  resources: [secretproviderclasspodstatuses, secretproviderclasses]
+  verbs: [list, get, watch]
+{{- end }}
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch, update]
+{{- end -}}
+
+{{/* The container's environment, as Reloader's chart renders it for the same values. */}}
+{{- define "reloader-env" -}}
+{{- $v := .Values.reloader -}}
+{{- $env := $v.deployment.env | default dict -}}
+{{- range $name, $value := $env.open }}
+{{- if not (empty $value) }}
+- name: {{ $name | quote }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- $secretName := include "reloader-fullname" . }}
+{{- range $name, $value := $env.secret }}
+{{- if not (empty $value) }}
+- name: {{ $name | quote }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secretName }}
+      key: {{ $name | quote }}
+{{- end }}
+{{- end }}
+{{- range $secret, $entries := $env.existing }}
+{{- range $name, $key := $entries }}
+- name: {{ $name | quote }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret | quote }}
+      key: {{ $key | quote }}
+{{- end }}
+{{- end }}
+{{- range $name, $path := $env.field }}
+{{- if not (empty $path) }}
+- name: {{ $name | quote }}
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ $path | quote }}
+{{- end }}
+{{- end }}
+{{- if not $v.watchGlobally }}
+- name: KUBERNETES_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end }}
+{{- if $v.enableHA }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end }}
+{{- if $v.enableMetricsByNamespace }}
+- name: METRICS_COUNT_BY_NAMESPACE
+  value: enabled
+{{- end }}
+{{- end -}}

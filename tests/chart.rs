@@ -1,0 +1,433 @@
+//! The Helm chart (`charts/reloader`): Reloader chart 2.2.16's values render the arguments,
+//! environment and RBAC they render there (plus the fleet's values), `helm lint` passes, and
+//! `helm install` gives a Deployment whose pods become Ready and whose rendered arguments,
+//! environment and ServiceAccount are enough for the controller to reload.
+//!
+//! helm is built from its Go module by `hack/tools helm` (pinned in hack/helm/go.mod).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::{Value, json};
+use support::controller::Controller;
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
+use support::scenario::{Ctx, wait_stored};
+use support::{kubeconfig_path, wait_for, with_temp_ns};
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader");
+
+fn helm() -> PathBuf {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/tools"))
+        .arg("helm")
+        .output()
+        .expect("run hack/tools helm");
+    assert!(out.status.success(), "hack/tools helm failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// `helm template` of the chart as release `r` in namespace `ops` with `values` (YAML); the
+/// rendered documents, or helm's error.
+fn try_render(values: &str) -> Result<Vec<Value>, String> {
+    let file = tempfile(values);
+    let out = Command::new(helm())
+        .args(["template", "r", CHART, "--namespace", "ops", "--values"])
+        .arg(&file)
+        .output()
+        .expect("run helm template");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("helm renders YAML");
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn render(values: &str) -> Vec<Value> {
+    try_render(values).unwrap_or_else(|e| panic!("helm template failed for values\n{values}\n{e}"))
+}
+
+fn tempfile(contents: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("values-{}-{n}.yaml", std::process::id()));
+    std::fs::write(&path, contents).expect("write values");
+    path
+}
+
+fn find<'a>(documents: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    documents.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn container(documents: &[Value]) -> &Value {
+    let deployment = find(documents, "Deployment", "r-reloader").expect("the Deployment");
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(documents: &[Value]) -> Vec<String> {
+    container(documents)["args"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Env var name -> its value, or `<from ...>` for a reference.
+fn env(documents: &[Value]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for entry in container(documents)["env"].as_array().into_iter().flatten() {
+        let name = entry["name"].as_str().unwrap_or_default().to_string();
+        let value = match (&entry["value"], &entry["valueFrom"]) {
+            (Value::String(v), _) => v.clone(),
+            (_, from) if from["fieldRef"].is_object() => format!("<field {}>", from["fieldRef"]["fieldPath"]),
+            (_, from) if from["secretKeyRef"].is_object() => {
+                format!("<secret {} {}>", from["secretKeyRef"]["name"], from["secretKeyRef"]["key"])
+            }
+            _ => String::new(),
+        };
+        out.insert(name, value);
+    }
+    out
+}
+
+/// Every rule of a Role or ClusterRole as `group/resource: verbs` lines, sorted.
+fn rules(role: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        let verbs: Vec<&str> = rule["verbs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        for group in rule["apiGroups"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            for resource in rule["resources"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                out.push(format!("{group}/{resource}: {}", verbs.join(",")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn has_rule(role: &Value, rule: &str) -> bool {
+    rules(role).iter().any(|r| r == rule)
+}
+
+#[test]
+fn helm_lint_passes_with_defaults_and_with_a_fleet() {
+    for values in ["{}", "reloader: {enableHA: true, deployment: {replicas: 3}, sharding: {shards: 16}}"] {
+        let file = tempfile(values);
+        let out = Command::new(helm()).args(["lint", CHART, "--values"]).arg(&file).output().expect("helm lint");
+        assert!(out.status.success(), "helm lint with {values}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
+#[test]
+fn defaults_render_reloaders_cluster_wide_install() {
+    let docs = render("{}");
+    assert_eq!(args(&docs), vec!["--log-level=info"]);
+    assert!(env(&docs).is_empty(), "{:?}", env(&docs));
+    let deployment = find(&docs, "Deployment", "r-reloader").expect("Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], json!({ "app": "r-reloader", "release": "r" }));
+    assert_eq!(container(&docs)["image"], "reloader-fleet:0.1.0");
+    assert_eq!(container(&docs)["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container(&docs)["livenessProbe"]["httpGet"]["path"], "/live");
+    let role = find(&docs, "ClusterRole", "r-reloader-role").expect("ClusterRole");
+    assert_eq!(
+        rules(role),
+        vec![
+            "/configmaps: list,get,watch",
+            "/secrets: list,get,watch",
+            "apps/daemonsets: list,get,watch,update,patch",
+            "apps/deployments: list,get,watch,update,patch",
+            "apps/statefulsets: list,get,watch,update,patch",
+            "batch/cronjobs: list,get,watch,patch",
+            "batch/jobs: create,delete,list,get,watch",
+            "events.k8s.io/events: create,patch,update",
+        ]
+    );
+    let binding = find(&docs, "ClusterRoleBinding", "r-reloader-role-binding").expect("ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0], json!({ "kind": "ServiceAccount", "name": "r-reloader", "namespace": "ops" }));
+    let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
+    assert_eq!(rules(metadata), vec!["/configmaps: list,get,watch,create,update"]);
+    assert!(find(&docs, "ServiceAccount", "r-reloader").is_some());
+    for kind in ["Secret", "Service", "PodDisruptionBudget", "NetworkPolicy"] {
+        assert!(docs.iter().all(|d| d["kind"] != kind), "no {kind} by default");
+    }
+}
+
+#[test]
+fn watch_globally_false_is_a_role_in_the_release_namespace() {
+    let docs = render("reloader: {watchGlobally: false, ignoreNamespaces: x, namespaceSelector: 'a=b'}");
+    assert!(docs.iter().all(|d| d["kind"] != "ClusterRole"));
+    let role = find(&docs, "Role", "r-reloader-role").expect("Role");
+    assert_eq!(role["metadata"]["namespace"], "ops");
+    assert!(!has_rule(role, "/namespaces: get,list,watch"));
+    assert_eq!(env(&docs)["KUBERNETES_NAMESPACE"], "<field \"metadata.namespace\">");
+    assert_eq!(args(&docs), vec!["--log-level=info"], "ignore list and selector are for cluster-wide mode");
+}
+
+#[test]
+fn scoped_namespaces_get_one_role_each_and_the_flag_lists_them_with_the_release_namespace() {
+    let docs = render("reloader: {watchGlobally: false, namespaces: [b, a, ops, b]}");
+    assert!(args(&docs).contains(&"--namespaces=a,b,ops".to_string()), "{:?}", args(&docs));
+    let namespaces: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "r-reloader-role-binding")
+        .filter_map(|d| d["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces, vec!["a", "b", "ops"]);
+    let err = try_render("reloader: {namespaces: [a]}").expect_err("namespaces with watchGlobally");
+    assert!(err.contains("reloader.namespaces needs reloader.watchGlobally: false"), "{err}");
+}
+
+#[test]
+fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
+    let docs = render("reloader: {enableHA: true, deployment: {replicas: 3}}");
+    let deployment = find(&docs, "Deployment", "r-reloader").expect("Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(args(&docs), vec!["--log-level=info", "--enable-ha=true"]);
+    let env = env(&docs);
+    assert_eq!(env["POD_NAME"], "<field \"metadata.name\">");
+    assert_eq!(env["POD_NAMESPACE"], "<field \"metadata.namespace\">");
+    let affinity = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(affinity["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{affinity}");
+    let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
+    assert!(has_rule(metadata, "coordination.k8s.io/leases: list,create,get,update,delete"));
+    // Without HA, replicas stay 1 and no HA flag is rendered (Reloader renders --enable-ha for
+    // replicas > 1 without the POD_NAME it needs).
+    let docs = render("reloader: {deployment: {replicas: 3}}");
+    assert_eq!(find(&docs, "Deployment", "r-reloader").expect("Deployment")["spec"]["replicas"], 1);
+    assert_eq!(args(&docs), vec!["--log-level=info"]);
+}
+
+#[test]
+fn sharding_values_render_the_fleet() {
+    let docs = render(
+        "reloader: {enableHA: true, deployment: {replicas: 3}, podDisruptionBudget: {enabled: true},
+          sharding: {shards: 16, leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}}",
+    );
+    assert_eq!(
+        args(&docs),
+        vec![
+            "--log-level=info",
+            "--enable-ha=true",
+            "--shards=16",
+            "--leader-election-lease-duration=20s",
+            "--leader-election-renew-deadline=15s",
+            "--leader-election-retry-period=3s",
+        ]
+    );
+    let pdb = find(&docs, "PodDisruptionBudget", "r-reloader").expect("PDB");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "a fleet keeps all replicas but one");
+    let err = try_render("reloader: {sharding: {shards: 4}}").expect_err("shards without HA");
+    assert!(err.contains("reloader.sharding.shards needs reloader.enableHA: true"), "{err}");
+}
+
+#[test]
+fn reload_settings_render_reloaders_flags() {
+    let cases: &[(&str, &[&str])] = &[
+        ("reloader: {reloadStrategy: annotations}", &["--reload-strategy=annotations"]),
+        ("reloader: {ignoreSecrets: true}", &["--resources-to-ignore=secrets"]),
+        ("reloader: {ignoreJobs: true, ignoreCronJobs: true}", &["--ignored-workload-types=jobs,cronjobs"]),
+        ("reloader: {namespaceSelector: 'team=a,env!=dev'}", &["--namespace-selector=team=a,env!=dev"]),
+        ("reloader: {ignoreNamespaces: 'kube-system,x'}", &["--namespaces-to-ignore=kube-system,x"]),
+        ("reloader: {resourceLabelSelector: 'reload=yes'}", &["--resource-label-selector=reload=yes"]),
+        (
+            "reloader: {reloadOnCreate: true, syncAfterRestart: true}",
+            &["--reload-on-create=true", "--sync-after-restart=true"],
+        ),
+        ("reloader: {isArgoRollouts: true}", &["--is-Argo-Rollouts=true"]),
+        ("reloader: {enableCSIIntegration: true}", &["--enable-csi-integration=true"]),
+        ("reloader: {autoReloadAll: true, logFormat: json}", &["--log-format=json", "--auto-reload-all=true"]),
+        ("reloader: {webhookUrl: 'http://hook'}", &["--webhook-url", "http://hook"]),
+        ("reloader: {enablePProf: true}", &["--enable-pprof=true", "--pprof-addr=:6060"]),
+    ];
+    for (values, expected) in cases {
+        let rendered = args(&render(values));
+        let mut wanted = vec!["--log-level=info".to_string()];
+        wanted.extend(expected.iter().map(ToString::to_string));
+        if values.contains("logFormat") {
+            wanted.swap(0, 1);
+        }
+        assert_eq!(rendered, wanted, "values {values}");
+    }
+}
+
+#[test]
+fn rbac_follows_the_features() {
+    let role = |values: &str| find(&render(values), "ClusterRole", "r-reloader-role").cloned().expect("ClusterRole");
+    let ignoring = role("reloader: {ignoreSecrets: true, ignoreJobs: true, ignoreCronJobs: true}");
+    assert!(!has_rule(&ignoring, "/secrets: list,get,watch"));
+    assert!(has_rule(&ignoring, "/configmaps: list,get,watch"));
+    assert!(rules(&ignoring).iter().all(|r| !r.starts_with("batch/")), "{:?}", rules(&ignoring));
+    assert!(has_rule(&role("reloader: {namespaceSelector: 'a=b'}"), "/namespaces: get,list,watch"));
+    assert!(has_rule(&role("reloader: {isArgoRollouts: true}"), "argoproj.io/rollouts: list,get,watch,update,patch"));
+    let openshift = role("reloader: {isOpenshift: true}");
+    assert!(has_rule(&openshift, "apps.openshift.io/deploymentconfigs: list,get,watch,update,patch"));
+    let csi = role("reloader: {enableCSIIntegration: true}");
+    assert!(has_rule(&csi, "secrets-store.csi.x-k8s.io/secretproviderclasspodstatuses: list,get,watch"));
+    assert!(has_rule(&csi, "secrets-store.csi.x-k8s.io/secretproviderclasses: list,get,watch"));
+}
+
+#[test]
+fn every_custom_annotation_key_renders_its_flag_and_an_unknown_key_is_an_error() {
+    let keys = [
+        ("configmap", "--configmap-annotation"),
+        ("secret", "--secret-annotation"),
+        ("auto", "--auto-annotation"),
+        ("secret_auto", "--secret-auto-annotation"),
+        ("configmap_auto", "--configmap-auto-annotation"),
+        ("search", "--auto-search-annotation"),
+        ("match", "--search-match-annotation"),
+        ("ignore", "--ignore-annotation"),
+        ("pausePeriod", "--pause-deployment-annotation"),
+        ("pauseTime", "--pause-deployment-time-annotation"),
+        ("configmap_exclude", "--configmap-exclude-annotation"),
+        ("secret_exclude", "--secret-exclude-annotation"),
+        ("secretproviderclass", "--secretproviderclass-annotation"),
+        ("secretproviderclass_auto", "--secretproviderclass-auto-annotation"),
+        ("secretproviderclass_exclude", "--secretproviderclass-exclude-annotation"),
+    ];
+    let values: Vec<String> = keys.iter().map(|(k, _)| format!("{k}: my.co/{k}")).collect();
+    let rendered = args(&render(&format!("reloader: {{custom_annotations: {{{}}}}}", values.join(", "))));
+    for (key, flag) in keys {
+        let at = rendered.iter().position(|a| a == flag).unwrap_or_else(|| panic!("{flag} missing: {rendered:?}"));
+        assert_eq!(rendered[at + 1], format!("my.co/{key}"));
+    }
+    // The controller takes every rendered flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_reloader")).args(&rendered).arg("--help").output().expect("reloader");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // values.schema.json names the misspelt key before the template's own check would.
+    let err = try_render("reloader: {custom_annotations: {atuo: x}}").expect_err("a misspelt key");
+    assert!(err.contains("/reloader/custom_annotations") && err.contains("'atuo' not allowed"), "{err}");
+}
+
+#[test]
+fn env_secret_goes_into_the_charts_secret_and_the_other_env_kinds_render() {
+    let docs = render(
+        "reloader: {deployment: {env: {
+           secret: {ALERT_ON_RELOAD: 'true', ALERT_SINK: slack, ALERT_WEBHOOK_URL: 'http://hook'},
+           open: {TZ: UTC}, field: {NODE: spec.nodeName}, existing: {alerts: {ALERT_ADDITIONAL_INFO: info}}}},
+          enableMetricsByNamespace: true}",
+    );
+    let env = env(&docs);
+    assert_eq!(env["ALERT_ON_RELOAD"], "<secret \"r-reloader\" \"ALERT_ON_RELOAD\">");
+    assert_eq!(env["ALERT_WEBHOOK_URL"], "<secret \"r-reloader\" \"ALERT_WEBHOOK_URL\">");
+    assert_eq!(env["ALERT_ADDITIONAL_INFO"], "<secret \"alerts\" \"info\">");
+    assert_eq!(env["TZ"], "UTC");
+    assert_eq!(env["NODE"], "<field \"spec.nodeName\">");
+    assert_eq!(env["METRICS_COUNT_BY_NAMESPACE"], "enabled");
+    let secret = find(&docs, "Secret", "r-reloader").expect("the chart Secret");
+    assert_eq!(secret["data"]["ALERT_SINK"], "c2xhY2s=", "base64 of slack");
+}
+
+#[test]
+fn read_only_root_file_system_and_security_contexts() {
+    let docs = render(
+        "reloader: {readOnlyRootFileSystem: true, deployment: {containerSecurityContext: {readOnlyRootFilesystem: false}}}",
+    );
+    assert_eq!(container(&docs)["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(container(&docs)["volumeMounts"][0], json!({ "mountPath": "/tmp/", "name": "tmp-volume" }));
+    let docs = render("reloader: {deployment: {containerSecurityContext: null}}");
+    assert!(container(&docs)["securityContext"].is_null());
+    let pod = &find(&docs, "Deployment", "r-reloader").expect("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 65534);
+}
+
+#[test]
+fn a_reloader_values_file_with_go_only_keys_still_renders() {
+    let docs = render(
+        &[
+            "image: {repository: my/reloader, tag: v9}",
+            "global: {imageRegistry: reg.example}",
+            "reloader: {deployment: {gomaxprocsOverride: '2', gomemlimitOverride: 100MiB,",
+            "  resources: {limits: {cpu: 100m, memory: 512Mi}}},",
+            "  service: {port: 9090}, podMonitor: {enabled: true}, netpol: {enabled: true}}",
+        ]
+        .join("\n"),
+    );
+    assert_eq!(container(&docs)["image"], "reg.example/my/reloader:v9");
+    assert!(env(&docs).is_empty(), "no GOMAXPROCS/GOMEMLIMIT for a Rust binary: {:?}", env(&docs));
+    assert!(find(&docs, "Service", "r-reloader").is_some());
+    assert!(find(&docs, "NetworkPolicy", "r-reloader").is_some());
+    assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"), "rendered only when the CRD is served");
+}
+
+/// `helm install` into a test namespace; the release's pods become Ready on the fake nodes, and
+/// the controller run locally with the rendered arguments and environment, as the release's
+/// ServiceAccount, reloads.
+async fn install_and_reload(name: &str, values: &str) {
+    with_temp_ns(name, |client, ns| async move {
+        let release = ns.clone();
+        let label = format!("{}={name}", support::TEST_LABEL);
+        let file = tempfile(&format!("{values}\nreloader: {{namespaceSelector: '{label}'}}\n"));
+        let extra = tempfile(values);
+        let out = Command::new(helm())
+            .args(["install", &release, CHART, "--namespace", &ns, "--wait", "--timeout", "90s", "--kubeconfig"])
+            .arg(kubeconfig_path())
+            .arg("--values")
+            .arg(&extra)
+            .arg("--values")
+            .arg(&file)
+            .output()
+            .expect("helm install");
+        assert!(out.status.success(), "helm install: {}", String::from_utf8_lossy(&out.stderr));
+        let fullname = format!("{release}-reloader");
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        wait_for("the release's pods Ready", || async {
+            let d = deployments.get(&fullname).await.ok()?;
+            let status = d.status?;
+            (status.ready_replicas.unwrap_or(0) == d.spec?.replicas.unwrap_or(1)).then_some(())
+        })
+        .await;
+        let rendered = deployments.get(&fullname).await.expect("the release's Deployment");
+        let container = &rendered.spec.and_then(|s| s.template.spec).expect("pod spec").containers[0];
+        let args: Vec<String> = container.args.clone().unwrap_or_default();
+        let mut env: Vec<(String, String)> = Vec::new();
+        for var in container.env.clone().unwrap_or_default() {
+            let path = var.value_from.and_then(|f| f.field_ref).map(|f| f.field_path);
+            let value = match (var.value, path.as_deref()) {
+                (Some(v), _) => v,
+                (None, Some("metadata.namespace")) => ns.clone(),
+                (None, Some("metadata.name")) => format!("{fullname}-local"),
+                other => panic!("no local value for {}: {other:?}", var.name),
+            };
+            env.push((var.name, value));
+        }
+        let kubeconfig = support::login_as(&client, &ns, &fullname).await;
+        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let controller =
+            Controller::start_with_kubeconfig_env(&format!("{ns}-local"), &ns, &arg_refs, &kubeconfig, &env_refs).await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        assert_eq!(controller.metric("reloader_watch_errors_total").await, 0.0, "no call refused by the RBAC");
+        controller.stop().await;
+        let out = Command::new(helm())
+            .args(["uninstall", &release, "--namespace", &ns, "--kubeconfig"])
+            .arg(kubeconfig_path())
+            .output()
+            .expect("helm uninstall");
+        assert!(out.status.success(), "helm uninstall: {}", String::from_utf8_lossy(&out.stderr));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn helm_install_cluster_wide_reloads_with_the_releases_rbac() {
+    install_and_reload("chart-global", "{}").await;
+}
+
+#[tokio::test]
+async fn helm_install_of_a_fleet_reloads_with_the_releases_rbac() {
+    install_and_reload("chart-fleet", "reloader: {enableHA: true, deployment: {replicas: 2}, sharding: {shards: 4}}")
+        .await;
+}
