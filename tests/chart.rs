@@ -16,7 +16,7 @@ use kube::Api;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
-use support::controller::Controller;
+use support::controller::start_as_pod_of;
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
 use support::{kubeconfig_path, wait_for, with_temp_ns};
@@ -24,12 +24,7 @@ use support::{kubeconfig_path, wait_for, with_temp_ns};
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader");
 
 fn helm() -> PathBuf {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/tools"))
-        .arg("helm")
-        .output()
-        .expect("run hack/tools helm");
-    assert!(out.status.success(), "hack/tools helm failed: {}", String::from_utf8_lossy(&out.stderr));
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    support::tool("helm")
 }
 
 /// `helm template` of the chart as release `r` in namespace `ops` with `values` (YAML); the
@@ -385,26 +380,10 @@ async fn install_and_reload(name: &str, values: &str) {
         })
         .await;
         let rendered = deployments.get(&fullname).await.expect("the release's Deployment");
-        let container = &rendered.spec.and_then(|s| s.template.spec).expect("pod spec").containers[0];
-        let args: Vec<String> = container.args.clone().unwrap_or_default();
-        let mut env: Vec<(String, String)> = Vec::new();
-        for var in container.env.clone().unwrap_or_default() {
-            let path = var.value_from.and_then(|f| f.field_ref).map(|f| f.field_path);
-            let value = match (var.value, path.as_deref()) {
-                (Some(v), _) => v,
-                (None, Some("metadata.namespace")) => ns.clone(),
-                (None, Some("metadata.name")) => format!("{fullname}-local"),
-                other => panic!("no local value for {}: {other:?}", var.name),
-            };
-            env.push((var.name, value));
-        }
         let kubeconfig = support::login_as(&client, &ns, &fullname).await;
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
-        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let controller =
-            Controller::start_with_kubeconfig_env(&format!("{ns}-local"), &ns, &arg_refs, &kubeconfig, &env_refs).await;
+        let controller = start_as_pod_of(&rendered, &ns, &kubeconfig, &[]).await;
         wait_stored(&controller, 1).await;
         patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
         let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
@@ -430,4 +409,51 @@ async fn helm_install_cluster_wide_reloads_with_the_releases_rbac() {
 async fn helm_install_of_a_fleet_reloads_with_the_releases_rbac() {
     install_and_reload("chart-fleet", "reloader: {enableHA: true, deployment: {replicas: 2}, sharding: {shards: 4}}")
         .await;
+}
+
+#[test]
+fn the_grafana_dashboard_ships_as_a_sidecar_configmap_when_enabled() {
+    assert!(render("{}").iter().all(|d| d["metadata"]["name"] != "r-reloader-dashboard"), "off by default");
+    let docs = render("grafanaDashboard: {enabled: true, namespace: monitoring}");
+    let cm = find(&docs, "ConfigMap", "r-reloader-dashboard").expect("the dashboard ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], "monitoring");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(cm["data"]["reloader-fleet.json"].as_str().expect("JSON text"))
+        .expect("the shipped dashboard is JSON");
+    let file: Value = serde_json::from_str(include_str!("../deployments/grafana/reloader-fleet.json")).expect("JSON");
+    assert_eq!(shipped, file);
+}
+
+/// The chart's default RBAC is the plain manifest's, whose every rule `tests/manifests.rs`
+/// proves needed (taking any one away fails its reload suite) and enough.
+#[test]
+fn default_rbac_equals_the_manifest_whose_every_rule_is_proven_needed() {
+    let manifest: Vec<Value> =
+        serde_saphyr::from_multiple(include_str!("../deployments/kubernetes/manifests/reloader.yaml")).expect("YAML");
+    let docs = render("{}");
+    for (kind, chart_name, manifest_name) in [
+        ("ClusterRole", "r-reloader-role", "reloader-reloader-role"),
+        ("Role", "r-reloader-metadata-role", "reloader-reloader-metadata-role"),
+    ] {
+        let chart = find(&docs, kind, chart_name).expect("chart role");
+        let plain = find(&manifest, kind, manifest_name).expect("manifest role");
+        let mut plain_rules = rules(plain);
+        // The manifest selects namespaces by label in its tests; the chart adds that rule only
+        // with reloader.namespaceSelector.
+        plain_rules.retain(|r| r != "/namespaces: get,list,watch");
+        assert_eq!(rules(chart), plain_rules, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn helm_install_namespaced_reloads_with_the_releases_role() {
+    install_and_reload("chart-namespaced", "reloader: {watchGlobally: false}").await;
+}
+
+#[tokio::test]
+async fn helm_install_with_argo_rollouts_and_csi_watches_them_with_the_releases_rbac() {
+    let client = support::client().await;
+    support::crds::install(&client, &[support::crds::ROLLOUT]).await;
+    support::crds::install(&client, &support::crds::SECRETS_STORE).await;
+    install_and_reload("chart-argo-csi", "reloader: {isArgoRollouts: true, enableCSIIntegration: true}").await;
 }

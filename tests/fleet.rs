@@ -17,7 +17,8 @@ use support::controller::{
     start_fleet_replica_with as start_with,
 };
 use support::fixtures::{
-    Kind, KindExt, Workload, cm_hash, create_configmap, create_namespace, generation, patch_configmap,
+    Kind, KindExt, Workload, cm_hash, create_configmap, create_namespace, delete_namespaces, generation,
+    patch_configmap,
 };
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
@@ -155,13 +156,6 @@ async fn served_namespaces(client: &kube::Client, home: &str) -> (String, Vec<St
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
     }
     (label, namespaces)
-}
-
-async fn delete_namespaces(client: &kube::Client, namespaces: &[String]) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    for ns in namespaces {
-        let _ = api.delete(ns, &DeleteParams::background()).await;
-    }
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use kube::{Api, Client};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
-use support::controller::Controller;
+use support::controller::{Controller, start_as_pod_of};
 use support::fixtures::{Kind, KindExt, Workload, cm_hash, create_configmap, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
 use support::with_temp_ns;
@@ -269,4 +269,69 @@ async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
     assert!(report[0].2.is_ok(), "the whole manifest must pass the suite: {:?}", report[0].2);
     let unneeded: Vec<&String> = report[1..].iter().filter(|(_, _, r)| r.is_ok()).map(|(_, what, _)| what).collect();
     assert!(unneeded.is_empty(), "rules nothing needs (remove them from the manifest): {unneeded:#?}");
+}
+
+/// `kubectl apply -k` of an overlay of the kustomize base (its namespace set, names suffixed so
+/// that the cluster-scoped objects are this test's own): the Deployment's pods become Ready, and
+/// the controller run as its pod would, with its ServiceAccount's token, reloads.
+#[tokio::test]
+async fn the_kustomize_base_applies_with_kubectl_and_its_rbac_is_enough_to_reload() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    with_temp_ns("manifests-kustomize", |client, ns| async move {
+        let overlay = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}-overlay"));
+        std::fs::create_dir_all(&overlay).expect("overlay folder");
+        // kustomize takes a base by relative path only.
+        let base = relative_path(
+            &overlay,
+            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deployments/kubernetes")),
+        );
+        std::fs::write(
+            overlay.join("kustomization.yaml"),
+            format!("namespace: {ns}\nnameSuffix: -{ns}\nresources:\n  - {}\n", base.display()),
+        )
+        .expect("write the overlay");
+        let kubectl = support::tool("kubectl");
+        let out = std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig_path())
+            .arg("apply")
+            .arg("-k")
+            .arg(&overlay)
+            .output()
+            .expect("kubectl apply -k");
+        assert!(out.status.success(), "kubectl apply -k: {}", String::from_utf8_lossy(&out.stderr));
+        let name = format!("reloader-reloader-{ns}");
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        support::wait_for("the Deployment's pods Ready", || async {
+            let d = deployments.get(&name).await.ok()?;
+            (d.status?.ready_replicas.unwrap_or(0) >= 1).then_some(())
+        })
+        .await;
+        let deployment = deployments.get(&name).await.expect("the Deployment");
+        let kubeconfig = support::login_as(&client, &ns, &name).await;
+        create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
+        let selector = format!("--namespace-selector={}=manifests-kustomize", support::TEST_LABEL);
+        let controller = start_as_pod_of(&deployment, &ns, &kubeconfig, &[selector.as_str()]).await;
+        wait_stored(&controller, 1).await;
+        reloads_without_forbidden_calls(&client, &ns, vec![controller]).await;
+        let out = std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig_path())
+            .args(["delete", "--wait=false", "-k"])
+            .arg(&overlay)
+            .output()
+            .expect("kubectl delete -k");
+        assert!(out.status.success(), "kubectl delete -k: {}", String::from_utf8_lossy(&out.stderr));
+    })
+    .await;
+}
+
+/// `to` as a path relative to the folder `from` (both absolute).
+fn relative_path(from: &std::path::Path, to: &std::path::Path) -> std::path::PathBuf {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: std::path::PathBuf = from[common..].iter().map(|_| "..").collect();
+    path.extend(&to[common..]);
+    path
 }

@@ -110,6 +110,11 @@ impl Controller {
         }
     }
 
+    /// The port of its metrics and admin server on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The Prometheus text of `/metrics`.
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await
@@ -211,7 +216,6 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// A tiny HTTP/1.0 GET over loopback; `None` when nothing answers.
 /// GET `url` (plain HTTP); the status code and body, or `None` when nothing answers.
 pub async fn http_get(url: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -224,4 +228,34 @@ pub async fn http_get(url: &str) -> Option<(u16, String)> {
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Some((code, body))
+}
+
+/// The controller as a pod of `deployment` would run it: the first container's arguments (plus
+/// `extra_args`) and environment, with the pod fields resolved as the kubelet would (namespace
+/// `ns`, pod name `<deployment>-local`), credentials from `kubeconfig`.
+pub async fn start_as_pod_of(
+    deployment: &k8s_openapi::api::apps::v1::Deployment,
+    ns: &str,
+    kubeconfig: &std::path::Path,
+    extra_args: &[&str],
+) -> Controller {
+    let name = format!("{}-local", deployment.metadata.name.clone().unwrap_or_default());
+    let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("a pod template");
+    let container = &pod.containers[0];
+    let mut args: Vec<String> = container.args.clone().unwrap_or_default();
+    args.extend(extra_args.iter().map(ToString::to_string));
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in container.env.clone().unwrap_or_default() {
+        let path = var.value_from.and_then(|f| f.field_ref).map(|f| f.field_path);
+        let value = match (var.value, path.as_deref()) {
+            (Some(v), _) => v,
+            (None, Some("metadata.namespace")) => ns.to_string(),
+            (None, Some("metadata.name")) => name.clone(),
+            other => panic!("no local value for {}: {other:?}", var.name),
+        };
+        env.push((var.name, value));
+    }
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Controller::start_with_kubeconfig_env(&name, ns, &arg_refs, kubeconfig, &env_refs).await
 }

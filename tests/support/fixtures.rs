@@ -260,3 +260,12 @@ pub fn recorded_annotation_in(pointer: &str, object: &Value) -> Option<Value> {
 pub async fn generation(client: &Client, ns: &str, kind: Kind, name: &str) -> i64 {
     workload_json(client, ns, kind, name).await["metadata"]["generation"].as_i64().unwrap_or(0)
 }
+
+/// Delete namespaces a test created besides its own (in the background, errors ignored: the
+/// test is over).
+pub async fn delete_namespaces(client: &Client, namespaces: &[String]) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        let _ = api.delete(ns, &kube::api::DeleteParams::background()).await;
+    }
+}

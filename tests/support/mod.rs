@@ -154,3 +154,14 @@ pub async fn login_as(client: &Client, ns: &str, name: &str) -> PathBuf {
     std::fs::write(&path, kubeconfig.to_string()).expect("write kubeconfig");
     path
 }
+
+/// The path of a tool `hack/tools` builds from its pinned Go module (helm, kubectl,
+/// prometheus); built on first use.
+pub fn tool(name: &str) -> PathBuf {
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/tools"))
+        .arg(name)
+        .output()
+        .expect("run hack/tools");
+    assert!(out.status.success(), "hack/tools {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

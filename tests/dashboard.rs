@@ -1,0 +1,138 @@
+//! The Grafana dashboard's queries work: a real Prometheus server (built from its Go module by
+//! `hack/tools prometheus`) scrapes a two-replica fleet that has reloaded, and every query of
+//! every panel returns series. The dashboard's `$__rate_interval` is Grafana's; it is given as
+//! one minute here.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use reloader_fleet::reload::Strategy;
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use serde_json::{Value, json};
+use support::controller::{free_port, http_get, start_fleet_replica_with};
+use support::fixtures::{
+    Kind, Workload, cm_hash, create_configmap, create_namespace, delete_namespaces, patch_configmap,
+};
+use support::scenario::Ctx;
+use support::{kubeconfig_path, wait_for, with_temp_ns};
+
+const DASHBOARD: &str = include_str!("../charts/reloader/dashboards/reloader-fleet.json");
+
+/// Every `expr` of every panel's targets.
+fn queries(dashboard: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let title = panel["title"].as_str().unwrap_or_default().to_string();
+            out.push((title, target["expr"].as_str().unwrap_or_default().to_string()));
+        }
+    }
+    out
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The series an instant query returns; `None` while Prometheus does not answer.
+async fn query(port: u16, expr: &str) -> Option<Vec<Value>> {
+    let url = format!("http://127.0.0.1:{port}/api/v1/query?query={}", percent_encode(expr));
+    let (code, body) = http_get(&url).await?;
+    let answer: Value = serde_json::from_str(&body).ok()?;
+    assert_eq!(code, 200, "Prometheus refused {expr}: {answer}");
+    answer["data"]["result"].as_array().cloned()
+}
+
+#[test]
+fn the_dashboard_is_valid_and_covers_what_a_platform_team_watches() {
+    let dashboard: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+    let exprs: Vec<String> = queries(&dashboard).into_iter().map(|(_, e)| e).collect();
+    for metric in [
+        "reloader_reload_executed_total_by_namespace",
+        "reloader_action_total",
+        "reloader_shards_active",
+        "reloader_shard_handoff_seconds",
+        "reloader_lease_acquisitions_total",
+        "reloader_lease_losses_total",
+        "reloader_watch_streams",
+        "reloader_invalid_annotations_total",
+        "reloader_api_requests_total",
+    ] {
+        assert!(exprs.iter().any(|e| e.contains(metric)), "no panel shows {metric}");
+    }
+}
+
+#[tokio::test]
+async fn every_dashboard_query_returns_series_from_a_scraped_fleet() {
+    with_temp_ns("dashboard", |client, home| async move {
+        let label = format!("reloader-fleet.test/dashboard={home}");
+        let mut namespaces = Vec::new();
+        for i in 0..4 {
+            let ns = format!("{home}-{i}");
+            create_namespace(&client, &ns, json!({ "reloader-fleet.test/dashboard": home })).await;
+            create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
+            namespaces.push(ns);
+        }
+        let args = [format!("--namespace-selector={label}"), "--metrics-count-by-namespace=true".to_string()];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let kubeconfig = kubeconfig_path();
+        let a = start_fleet_replica_with(&home, &format!("{home}-a"), &refs, &kubeconfig).await;
+        let b = start_fleet_replica_with(&home, &format!("{home}-b"), &refs, &kubeconfig).await;
+        wait_for("16 shards acted on", || async {
+            (a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+        for ns in &namespaces {
+            patch_configmap(&client, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        }
+        for ns in &namespaces {
+            let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        }
+
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{home}-prometheus"));
+        std::fs::create_dir_all(&dir).expect("Prometheus folder");
+        let config = format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             scrape_configs:\n  - job_name: reloader\n    static_configs:\n      - targets: ['127.0.0.1:{}', '127.0.0.1:{}']\n",
+            a.port(),
+            b.port()
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).expect("Prometheus log");
+        let mut prometheus = tokio::process::Command::new(support::tool("prometheus"))
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start Prometheus");
+        wait_for("Prometheus scraping both replicas", || async {
+            let up = query(port, "sum(up)").await?;
+            (up.first()?["value"][1] == "2").then_some(())
+        })
+        .await;
+        let dashboard: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+        for (title, expr) in queries(&dashboard) {
+            let expr = expr.replace("$__rate_interval", "1m");
+            let what = format!("panel {title:?}: {expr} to return series");
+            wait_for(&what, || async { query(port, &expr).await.filter(|r| !r.is_empty()).map(|_| ()) }).await;
+        }
+        let _ = prometheus.kill().await;
+        a.stop().await;
+        b.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
