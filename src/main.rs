@@ -285,7 +285,6 @@ async fn main() -> anyhow::Result<()> {
         )
         .instrument(info_span!("reload")),
     );
-    info!(addr = %metrics_addr, "admin server listening");
 
     let result: anyhow::Result<()> = tokio::select! {
         res = &mut admin_task => Err(flatten(res.map(|r| r.map_err(anyhow::Error::from)), "admin server")),

@@ -370,3 +370,30 @@ async fn reloaders_own_lock_is_respected_until_it_expires_then_adopted() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_shard_lease_left_by_a_stranger_with_a_day_long_duration_is_taken_after_the_fleets_duration() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("leases-stranger", |client, ns| async move {
+        // Shard 3's Lease as a fleet writes it, but held by a replica that is gone and was
+        // never a member, with leaseDurationSeconds of a day.
+        let ghost: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "fleet-shard-3",
+                          "labels": { lease::FLEET_LABEL: "fleet", lease::ROLE_LABEL: "shard" },
+                          "annotations": { lease::RING_ANNOTATION: format!("shards={SHARDS}") } },
+            "spec": { "holderIdentity": "gone-replica", "leaseDurationSeconds": 86400,
+                      "renewTime": jiff::Timestamp::now().to_string() }
+        }))
+        .expect("lease JSON");
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        leases.create(&kube::api::PostParams::default(), &ghost).await.expect("create the stranger's Lease");
+        let started = Instant::now();
+        let replica = start(&client, &ns, "replica-a");
+        wait_for("every shard held, the stranger's too", || async { (held(&replica).len() == 16).then_some(()) }).await;
+        let took = started.elapsed();
+        println!("the stranger's shard was taken after {took:?} (fleet lease duration 4 s)");
+        assert!(took >= Duration::from_secs(4), "taken before the fleet's lease duration passed: {took:?}");
+        stop([replica]).await;
+    })
+    .await;
+}

@@ -162,21 +162,17 @@ async fn the_fleet_manifest_runs_replicas_that_share_the_shards_with_its_rbac() 
 /// Run the reload suite against the manifest's RBAC as given: ready within 10 s, then one
 /// ConfigMap change reloads a Deployment, makes a CronJob's Job and creates a Job again, a
 /// `Reloaded` Event is written, and the checkpoint is saved. `Err` names the first thing missing.
-async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, label: &str) -> Result<(), String> {
+async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &SuiteRun) -> Result<(), String> {
     use std::time::Duration;
     Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("cm").create(client, ns).await;
     Workload::new(Kind::Job, "batch").auto().env_from_configmap("cm").create(client, ns).await;
     let job_uid = support::fixtures::workload_json(client, ns, Kind::Job, "batch").await["metadata"]["uid"].clone();
-    let selector = format!("--namespace-selector={}={label}", support::TEST_LABEL);
-    let controller = Controller::try_start(
-        &format!("{ns}-suite"),
-        ns,
-        &[selector.as_str(), "--is-openshift=false"],
-        path,
-        Duration::from_secs(10),
-    )
-    .await
-    .ok_or("not ready within 10 s (a watch or the checkpoint read was refused)")?;
+    let (args, env) = (run.args)(ns);
+    let args: Vec<&str> = args.iter().map(String::as_str).chain(["--is-openshift=false"]).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let controller = Controller::try_start(&format!("{ns}-suite"), ns, &args, &env, path, Duration::from_secs(10))
+        .await
+        .ok_or("not ready within 10 s (a watch or the checkpoint read was refused)")?;
     let outcome = async {
         let ready = tokio::time::Instant::now();
         while controller.metric("reloader_store_objects{kind=\"workloads\"}").await < 3.0 {
@@ -214,20 +210,69 @@ async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, label: 
     .await;
     controller.stop().await;
     outcome?;
-    let checkpoint = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
-        .get_opt("reloader-fleet-checkpoint")
-        .await;
-    match checkpoint {
-        Ok(Some(cm)) if cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(" cm "))) => {
-            Ok(())
-        }
-        _ => Err("the checkpoint was not saved".to_string()),
-    }
+    // One checkpoint, or one per shard: the one of the namespace's shard names the ConfigMap.
+    let checkpoints = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let saved = checkpoints.iter().any(|cm| {
+        cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint"))
+            && cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(" cm ")))
+    });
+    if saved { Ok(()) } else { Err("the checkpoint was not saved".to_string()) }
 }
+
+/// Arguments and environment variables of a controller run.
+type Invocation = (Vec<String>, Vec<(String, String)>);
+
+/// How the reload suite runs the controller for one manifest: its arguments and environment
+/// for the test namespace.
+struct SuiteRun {
+    manifest: &'static str,
+    args: fn(&str) -> Invocation,
+}
+
+/// The cluster-wide manifest, selecting the suite's namespace by its test label.
+const CLUSTER_WIDE: SuiteRun = SuiteRun {
+    manifest: MANIFEST,
+    args: |_| (vec![format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL)], vec![]),
+};
+
+/// The namespaced manifest as its Deployment runs it: one namespace, leader election.
+const NAMESPACED: SuiteRun = SuiteRun {
+    manifest: NAMESPACED_MANIFEST,
+    args: |ns| (vec!["--enable-ha".into()], vec![("KUBERNETES_NAMESPACE".into(), ns.to_string())]),
+};
+
+/// The fleet manifest as its Deployment runs it (16 shards), selecting the suite's namespace.
+const FLEET: SuiteRun = SuiteRun {
+    manifest: FLEET_MANIFEST,
+    args: |_| {
+        let selector = format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL);
+        (vec![selector, "--enable-ha".into(), "--shards=16".into()], vec![])
+    },
+};
 
 /// Each RBAC rule of the cluster-wide manifest is needed: without it, the reload suite fails.
 #[tokio::test]
 async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
+    every_rule_is_needed(&CLUSTER_WIDE).await;
+}
+
+/// The same for the namespaced manifest (a Role only, leader election).
+#[tokio::test]
+async fn every_rule_of_the_namespaced_manifest_is_needed_by_the_reload_suite() {
+    every_rule_is_needed(&NAMESPACED).await;
+}
+
+/// The same for the fleet manifest (16 shards, Leases).
+#[tokio::test]
+async fn every_rule_of_the_fleet_manifest_is_needed_by_the_reload_suite() {
+    every_rule_is_needed(&FLEET).await;
+}
+
+async fn every_rule_is_needed(run: &SuiteRun) {
     let rules_of = |docs: &[Value]| -> Vec<(usize, usize)> {
         docs.iter()
             .enumerate()
@@ -235,14 +280,14 @@ async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
             .flat_map(|(i, d)| (0..d["rules"].as_array().map(Vec::len).unwrap_or(0)).map(move |r| (i, r)))
             .collect()
     };
-    let rule_count = rules_of(&documents_in(MANIFEST, "x")).len();
+    let rule_count = rules_of(&documents_in(run.manifest, "x")).len();
     let mut report = Vec::new();
     // First the whole manifest (the suite passes), then each rule taken away in turn.
     for removed in std::iter::once(None).chain((0..rule_count).map(Some)) {
         with_temp_ns("manifests-rules", |client, ns| {
             let report = &mut report;
             async move {
-                let mut docs = documents_in(MANIFEST, &ns);
+                let mut docs = documents_in(run.manifest, &ns);
                 let mut what = "nothing".to_string();
                 if let Some(index) = removed {
                     let (doc, rule) = rules_of(&docs)[index];
@@ -250,7 +295,7 @@ async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
                     what = format!("{} rule {}", docs[doc]["kind"].as_str().unwrap_or_default(), taken);
                 }
                 let (path, cluster_scoped) = apply_documents_and_login(&client, &ns, docs).await;
-                let result = reload_suite(&client, &ns, &path, "manifests-rules").await;
+                let result = reload_suite(&client, &ns, &path, run).await;
                 for (api, name) in cluster_scoped {
                     let _ = api.delete(&name, &DeleteParams::default()).await;
                 }

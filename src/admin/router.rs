@@ -84,6 +84,10 @@ pub async fn serve(
         Some(health) if health != addr => Some(bind(health).await?),
         _ => None,
     };
+    // The bound addresses, so that a port given as 0 is found in the log.
+    let bound = |l: &tokio::net::TcpListener| l.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
+    tracing::info!(addr = %bound(&admin), health = %health.as_ref().map_or_else(|| bound(&admin), bound),
+        "admin server listening");
     let serve_admin =
         axum::serve(admin, router(state.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     match health {

@@ -360,7 +360,9 @@ impl Manager {
                 (true, false) if self.renewal_due(shard) => self.write(shard, observed.as_ref(), true).await,
                 (true, false) => {}
                 (false, true) => {
-                    let free = observed.as_ref().is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now()));
+                    let free = observed
+                        .as_ref()
+                        .is_none_or(|o| o.holder().is_empty() || self.takeable(o, &members, Instant::now()));
                     if free {
                         self.write(shard, observed.as_ref(), false).await;
                     }
@@ -368,6 +370,18 @@ impl Manager {
                 (false, false) => {}
             }
         }
+    }
+
+    /// Whether another holder's shard Lease may be taken: expired by its own duration, or, for
+    /// a holder that is no live member of this fleet, by this fleet's lease duration at most.
+    /// Otherwise a Lease left with a day-long `leaseDurationSeconds` (edited by hand, or written
+    /// by a replica of another configuration that is gone) would keep its shard unserved that
+    /// long. A live member's Lease is taken only when it expires by its own duration.
+    fn takeable(&self, observed: &Observed, members: &[String], now: Instant) -> bool {
+        let live_member = members.iter().any(|m| m == observed.holder());
+        let duration =
+            if live_member { observed.duration() } else { observed.duration().min(self.config.lease_duration) };
+        now.saturating_duration_since(observed.changed_at) >= duration
     }
 
     /// Whether the shard's last renewal was sent a retry period ago (or never).
@@ -587,6 +601,7 @@ impl Manager {
     }
 
     fn ownership(&self, now: Instant) -> Ownership {
+        let members = self.live_members(now);
         let mut held = BTreeSet::new();
         let mut shards = Vec::with_capacity(self.config.shards as usize);
         for shard in 0..self.config.shards {
@@ -603,7 +618,7 @@ impl Manager {
                 } else {
                     ShardState::Fenced
                 }
-            } else if holder.is_empty() || observed.is_some_and(|o| o.expired(now)) {
+            } else if holder.is_empty() || observed.is_some_and(|o| self.takeable(o, &members, now)) {
                 ShardState::Free
             } else {
                 ShardState::Elsewhere
@@ -615,7 +630,7 @@ impl Manager {
                 observed.map(|o| now.saturating_duration_since(o.changed_at).as_secs()).unwrap_or(0);
             shards.push(ShardStatus { shard, holder, state, observed_age_secs });
         }
-        Ownership { held, shards, members: self.live_members(now), yielding_to: self.yielding_to.clone() }
+        Ownership { held, shards, members, yielding_to: self.yielding_to.clone() }
     }
 }
 

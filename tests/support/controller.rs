@@ -13,6 +13,8 @@ pub struct Controller {
     child: Option<Child>,
     port: u16,
     pub log: PathBuf,
+    /// Where this start's lines begin in `log` (a name started again appends).
+    log_start: u64,
 }
 
 impl Controller {
@@ -53,10 +55,11 @@ impl Controller {
         name: &str,
         home_namespace: &str,
         args: &[&str],
+        env: &[(&str, &str)],
         kubeconfig: &std::path::Path,
         deadline: Duration,
     ) -> Option<Controller> {
-        let mut controller = Self::spawn(name, home_namespace, args, kubeconfig, &[]);
+        let mut controller = Self::spawn(name, home_namespace, args, kubeconfig, env);
         controller.wait_ready(deadline).await.ok().map(|()| controller)
     }
 
@@ -67,15 +70,17 @@ impl Controller {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Controller {
-        let port = free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
         std::fs::create_dir_all(&dir).expect("create the test log folder");
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open the controller log");
+        let log_start = file.metadata().map(|m| m.len()).unwrap_or(0);
         let err = file.try_clone().expect("clone the log handle");
         let child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(args)
-            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            // Port 0: the controller binds a free port itself and logs it (a port picked here and
+            // released could be taken by another process before the controller binds it).
+            .arg("--metrics-addr=127.0.0.1:0")
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", home_namespace)
             .env("POD_NAME", name)
@@ -88,20 +93,25 @@ impl Controller {
             .kill_on_drop(true)
             .spawn()
             .expect("start the reloader binary");
-        Controller { child: Some(child), port, log }
+        Controller { child: Some(child), port: 0, log, log_start }
     }
 
     async fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
-        let url = format!("http://127.0.0.1:{}/readyz", self.port);
         let log = self.log.clone();
         let child = self.child.as_mut().expect("running");
         let deadline = tokio::time::Instant::now() + within;
+        let mut port = None;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!("reloader exited with {status} before becoming ready; see {}", log.display()));
             }
-            if http_get(&url).await.is_some_and(|(code, _)| code == 200) {
-                return Ok(());
+            port = port.or_else(|| listening_port(&log, self.log_start));
+            if let Some(port) = port {
+                let url = format!("http://127.0.0.1:{port}/readyz");
+                if http_get(&url).await.is_some_and(|(code, _)| code == 200) {
+                    self.port = port;
+                    return Ok(());
+                }
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(format!("reloader did not become ready within {within:?}; see {}", log.display()));
@@ -258,4 +268,13 @@ pub async fn start_as_pod_of(
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Controller::start_with_kubeconfig_env(&name, ns, &arg_refs, kubeconfig, &env_refs).await
+}
+
+/// The admin port a start logged in `log` after byte `from` (`admin server listening addr=...`).
+fn listening_port(log: &std::path::Path, from: u64) -> Option<u16> {
+    let bytes = std::fs::read(log).ok()?;
+    let text = String::from_utf8_lossy(bytes.get(usize::try_from(from).ok()?..)?);
+    let line = text.lines().find(|l| l.contains("admin server listening"))?;
+    let addr = line.split_whitespace().find_map(|w| w.strip_prefix("addr="))?;
+    addr.rsplit(':').next()?.parse().ok()
 }
