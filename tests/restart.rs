@@ -12,7 +12,7 @@ use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
-use support::with_temp_ns;
+use support::{wait_for, with_temp_ns};
 
 const CHECKPOINT: &str = "reloader-fleet-checkpoint";
 
@@ -126,6 +126,45 @@ async fn a_first_start_takes_the_current_state_as_baseline() {
         support::wait_for("the baseline to be checkpointed", || async { checkpoint_line(&ctx, "cm").await }).await;
         assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "no mass rollout on a first start");
         first.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_baselines() {
+    use support::controller::start_fleet_replica_with;
+    with_temp_ns("killed-at-take-up", |client, ns| async move {
+        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        let scope = format!("--namespaces={ns}");
+        let kubeconfig = support::kubeconfig_path();
+        let start = |name: String| {
+            let (scope, kubeconfig) = (scope.clone(), kubeconfig.clone());
+            async move { start_fleet_replica_with(ns, &name, &[scope.as_str()], &kubeconfig).await }
+        };
+        // Shards are taken up after start (once their Leases are held), each a first start:
+        // its checkpoint is written before the replica acts on it.
+        let first = start(format!("{ns}-first")).await;
+        wait_for("the shards acted on", || async {
+            (first.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+        let saved = Api::<ConfigMap>::namespaced(c.clone(), ns).list(&Default::default()).await.expect("list");
+        let has_baseline = saved.items.iter().any(|cm| {
+            cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint-shard-"))
+                && cm.data.as_ref().and_then(|d| d.get("checkpoint")).is_some_and(|t| t.contains(" cm "))
+        });
+        assert!(has_baseline, "no checkpoint with the ConfigMap's baseline once the shards are acted on");
+        drop(first); // SIGKILL, before any save a timer would make
+        // Changed while nobody runs: the next replica finds the baseline, not a first start.
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        let second = start(format!("{ns}-second")).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "exactly one rollout");
+        second.stop().await;
     })
     .await;
 }

@@ -139,9 +139,16 @@ impl Engine {
                 }
             };
             self.checkpoints.insert(shard, checkpoint);
+            let first_start = loaded.is_none();
             let work = self.initial_work(shard, loaded);
             info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
             self.dirty.insert(shard);
+            if first_start {
+                // Saved before acting: should this replica die before its next save, the next
+                // owner finds the baselines, not a first start that would take the store's state
+                // (changes included) as baseline. A failed save is retried with the others.
+                self.save_shards(BTreeSet::from([shard])).await;
+            }
             for (change, forced) in work {
                 self.handle(change, forced).await;
             }
