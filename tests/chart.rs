@@ -11,15 +11,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
 use support::controller::start_as_pod_of;
-use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap, wait_deployment_ready};
 use support::scenario::{Ctx, wait_stored};
-use support::{kubeconfig_path, wait_for, with_temp_ns};
+use support::{kubeconfig_path, with_temp_ns};
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader");
 
@@ -359,27 +357,20 @@ async fn install_and_reload(name: &str, values: &str) {
     with_temp_ns(name, |client, ns| async move {
         let release = ns.clone();
         let label = format!("{}={name}", support::TEST_LABEL);
-        let file = tempfile(&format!("{values}\nreloader: {{namespaceSelector: '{label}'}}\n"));
-        let extra = tempfile(values);
+        // The chart's own value restricts the cluster-wide install to this test's namespace.
+        let selector = tempfile(&format!("reloader: {{namespaceSelector: '{label}'}}\n"));
         let out = Command::new(helm())
             .args(["install", &release, CHART, "--namespace", &ns, "--wait", "--timeout", "90s", "--kubeconfig"])
             .arg(kubeconfig_path())
             .arg("--values")
-            .arg(&extra)
+            .arg(tempfile(values))
             .arg("--values")
-            .arg(&file)
+            .arg(&selector)
             .output()
             .expect("helm install");
         assert!(out.status.success(), "helm install: {}", String::from_utf8_lossy(&out.stderr));
         let fullname = format!("{release}-reloader");
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-        wait_for("the release's pods Ready", || async {
-            let d = deployments.get(&fullname).await.ok()?;
-            let status = d.status?;
-            (status.ready_replicas.unwrap_or(0) == d.spec?.replicas.unwrap_or(1)).then_some(())
-        })
-        .await;
-        let rendered = deployments.get(&fullname).await.expect("the release's Deployment");
+        let rendered = wait_deployment_ready(&client, &ns, &fullname).await;
         let kubeconfig = support::login_as(&client, &ns, &fullname).await;
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;

@@ -321,7 +321,6 @@ async fn every_rule_is_needed(run: &SuiteRun) {
 /// the controller run as its pod would, with its ServiceAccount's token, reloads.
 #[tokio::test]
 async fn the_kustomize_base_applies_with_kubectl_and_its_rbac_is_enough_to_reload() {
-    use k8s_openapi::api::apps::v1::Deployment;
     with_temp_ns("manifests-kustomize", |client, ns| async move {
         let overlay = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{ns}-overlay"));
         std::fs::create_dir_all(&overlay).expect("overlay folder");
@@ -346,13 +345,7 @@ async fn the_kustomize_base_applies_with_kubectl_and_its_rbac_is_enough_to_reloa
             .expect("kubectl apply -k");
         assert!(out.status.success(), "kubectl apply -k: {}", String::from_utf8_lossy(&out.stderr));
         let name = format!("reloader-reloader-{ns}");
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-        support::wait_for("the Deployment's pods Ready", || async {
-            let d = deployments.get(&name).await.ok()?;
-            (d.status?.ready_replicas.unwrap_or(0) >= 1).then_some(())
-        })
-        .await;
-        let deployment = deployments.get(&name).await.expect("the Deployment");
+        let deployment = support::fixtures::wait_deployment_ready(&client, &ns, &name).await;
         let kubeconfig = support::login_as(&client, &ns, &name).await;
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;

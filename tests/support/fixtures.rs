@@ -269,3 +269,14 @@ pub async fn delete_namespaces(client: &Client, namespaces: &[String]) {
         let _ = api.delete(ns, &kube::api::DeleteParams::background()).await;
     }
 }
+
+/// Wait until every replica of Deployment `name` is Ready (kwok plays the kubelet), and return it.
+pub async fn wait_deployment_ready(client: &Client, ns: &str, name: &str) -> k8s_openapi::api::apps::v1::Deployment {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client.clone(), ns);
+    super::wait_for(&format!("Deployment {ns}/{name}'s pods Ready"), || async {
+        let d = api.get(name).await.ok()?;
+        let wanted = d.spec.as_ref()?.replicas.unwrap_or(1);
+        (d.status.as_ref()?.ready_replicas.unwrap_or(0) == wanted).then_some(d)
+    })
+    .await
+}
