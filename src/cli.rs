@@ -20,47 +20,47 @@ use reloader_fleet::watch::WorkloadKind;
 #[command(name = "reloader", version, args_override_self = true, args_conflicts_with_subcommands = false)]
 pub struct Args {
     /// Read flags from this YAML, JSON or TOML file (keys are flag names without `--`).
-    #[arg(long, env = "RELOADER_CONFIG")]
+    #[arg(long, env = "RELOADER_CONFIG", global = true)]
     pub config: Option<String>,
 
     /// Reload every workload that references a changed resource, annotated or not.
-    #[arg(long, env = "AUTO_RELOAD_ALL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "AUTO_RELOAD_ALL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub auto_reload_all: bool,
     /// How a reload is recorded: env-vars or annotations.
-    #[arg(long, env = "RELOAD_STRATEGY", default_value = "env-vars", value_parser = parse_strategy)]
+    #[arg(long, env = "RELOAD_STRATEGY", default_value = "env-vars", value_parser = parse_strategy, global = true)]
     pub reload_strategy: Strategy,
     /// Reload when a referenced resource is created (only the exact value "true" enables it).
-    #[arg(long, env = "RELOAD_ON_CREATE", default_value = "false")]
+    #[arg(long, env = "RELOAD_ON_CREATE", default_value = "false", global = true)]
     pub reload_on_create: String,
     /// Reload when a referenced resource is deleted (only the exact value "true" enables it).
-    #[arg(long, env = "RELOAD_ON_DELETE", default_value = "false")]
+    #[arg(long, env = "RELOAD_ON_DELETE", default_value = "false", global = true)]
     pub reload_on_delete: String,
     /// With --reload-on-create, treat every resource present at start as created.
-    #[arg(long, env = "SYNC_AFTER_RESTART", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "SYNC_AFTER_RESTART", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub sync_after_restart: bool,
     /// Argo Rollouts support (only the exact value "true" enables it).
-    #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false")]
+    #[arg(long = "is-Argo-Rollouts", env = "IS_ARGO_ROLLOUTS", default_value = "false", global = true)]
     pub is_argo_rollouts: String,
     /// OpenShift DeploymentConfig support: true, false, or empty/auto to detect.
-    #[arg(long, env = "IS_OPENSHIFT", default_value = "")]
+    #[arg(long, env = "IS_OPENSHIFT", default_value = "", global = true)]
     pub is_openshift: String,
     /// Run several replicas; requires POD_NAME and POD_NAMESPACE.
-    #[arg(long, env = "ENABLE_HA", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "ENABLE_HA", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub enable_ha: bool,
     /// Watch SecretProviderClassPodStatuses of the Secrets Store CSI driver.
-    #[arg(long, env = "ENABLE_CSI_INTEGRATION", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "ENABLE_CSI_INTEGRATION", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub enable_csi_integration: bool,
     /// Send a webhook instead of reloading.
-    #[arg(long, env = "WEBHOOK_URL", default_value = "")]
+    #[arg(long, env = "WEBHOOK_URL", default_value = "", global = true)]
     pub webhook_url: String,
     /// Resource kinds not to watch: configmaps or secrets (not both).
-    #[arg(long, env = "RESOURCES_TO_IGNORE", value_delimiter = ',')]
+    #[arg(long, env = "RESOURCES_TO_IGNORE", value_delimiter = ',', global = true)]
     pub resources_to_ignore: Vec<String>,
     /// Workload kinds never reloaded: jobs, cronjobs (v2 also accepts deployments, ...).
-    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',')]
+    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',', global = true)]
     pub ignored_workload_types: Vec<String>,
     /// Watch only these namespaces, with per-namespace watches (namespaced RBAC is enough).
-    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',', global = true)]
     pub namespaces: Vec<String>,
     /// Namespaces never served (cluster-wide mode only).
     #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',', global = true)]
@@ -69,112 +69,132 @@ pub struct Args {
     #[arg(long, env = "NAMESPACE_SELECTOR", value_delimiter = ',', global = true)]
     pub namespace_selector: Vec<String>,
     /// Label selector ConfigMaps and Secrets must match (applied by the API server).
-    #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_delimiter = ',')]
+    #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_delimiter = ',', global = true)]
     pub resource_label_selector: Vec<String>,
     /// Log format: json, or empty for text.
-    #[arg(long, env = "LOG_FORMAT", default_value = "")]
+    #[arg(long, env = "LOG_FORMAT", default_value = "", global = true)]
     pub log_format: String,
     /// Log level: trace, debug, info, warning, error, fatal or panic.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", global = true)]
     pub log_level: String,
 
-    #[arg(long, env = "AUTO_ANNOTATION", default_value = "reloader.stakater.com/auto")]
+    #[arg(long, env = "AUTO_ANNOTATION", default_value = "reloader.stakater.com/auto", global = true)]
     pub auto_annotation: String,
-    #[arg(long, env = "CONFIGMAP_AUTO_ANNOTATION", default_value = "configmap.reloader.stakater.com/auto")]
+    #[arg(
+        long,
+        env = "CONFIGMAP_AUTO_ANNOTATION",
+        default_value = "configmap.reloader.stakater.com/auto",
+        global = true
+    )]
     pub configmap_auto_annotation: String,
-    #[arg(long, env = "SECRET_AUTO_ANNOTATION", default_value = "secret.reloader.stakater.com/auto")]
+    #[arg(long, env = "SECRET_AUTO_ANNOTATION", default_value = "secret.reloader.stakater.com/auto", global = true)]
     pub secret_auto_annotation: String,
     #[arg(
         long,
         env = "SECRETPROVIDERCLASS_AUTO_ANNOTATION",
-        default_value = "secretproviderclass.reloader.stakater.com/auto"
+        default_value = "secretproviderclass.reloader.stakater.com/auto",
+        global = true
     )]
     pub secretproviderclass_auto_annotation: String,
-    #[arg(long, env = "CONFIGMAP_ANNOTATION", default_value = "configmap.reloader.stakater.com/reload")]
+    #[arg(long, env = "CONFIGMAP_ANNOTATION", default_value = "configmap.reloader.stakater.com/reload", global = true)]
     pub configmap_annotation: String,
-    #[arg(long, env = "SECRET_ANNOTATION", default_value = "secret.reloader.stakater.com/reload")]
+    #[arg(long, env = "SECRET_ANNOTATION", default_value = "secret.reloader.stakater.com/reload", global = true)]
     pub secret_annotation: String,
     #[arg(
         long,
         env = "SECRETPROVIDERCLASS_ANNOTATION",
-        default_value = "secretproviderclass.reloader.stakater.com/reload"
+        default_value = "secretproviderclass.reloader.stakater.com/reload",
+        global = true
     )]
     pub secretproviderclass_annotation: String,
     #[arg(
         long,
         env = "CONFIGMAP_EXCLUDE_ANNOTATION",
-        default_value = "configmaps.exclude.reloader.stakater.com/reload"
+        default_value = "configmaps.exclude.reloader.stakater.com/reload",
+        global = true
     )]
     pub configmap_exclude_annotation: String,
-    #[arg(long, env = "SECRET_EXCLUDE_ANNOTATION", default_value = "secrets.exclude.reloader.stakater.com/reload")]
+    #[arg(
+        long,
+        env = "SECRET_EXCLUDE_ANNOTATION",
+        default_value = "secrets.exclude.reloader.stakater.com/reload",
+        global = true
+    )]
     pub secret_exclude_annotation: String,
     #[arg(
         long,
         env = "SECRETPROVIDERCLASS_EXCLUDE_ANNOTATION",
-        default_value = "secretproviderclasses.exclude.reloader.stakater.com/reload"
+        default_value = "secretproviderclasses.exclude.reloader.stakater.com/reload",
+        global = true
     )]
     pub secretproviderclass_exclude_annotation: String,
-    #[arg(long, env = "AUTO_SEARCH_ANNOTATION", default_value = "reloader.stakater.com/search")]
+    #[arg(long, env = "AUTO_SEARCH_ANNOTATION", default_value = "reloader.stakater.com/search", global = true)]
     pub auto_search_annotation: String,
-    #[arg(long, env = "SEARCH_MATCH_ANNOTATION", default_value = "reloader.stakater.com/match")]
+    #[arg(long, env = "SEARCH_MATCH_ANNOTATION", default_value = "reloader.stakater.com/match", global = true)]
     pub search_match_annotation: String,
-    #[arg(long, env = "IGNORE_ANNOTATION", default_value = "reloader.stakater.com/ignore")]
+    #[arg(long, env = "IGNORE_ANNOTATION", default_value = "reloader.stakater.com/ignore", global = true)]
     pub ignore_annotation: String,
-    #[arg(long, env = "PAUSE_DEPLOYMENT_ANNOTATION", default_value = "deployment.reloader.stakater.com/pause-period")]
+    #[arg(
+        long,
+        env = "PAUSE_DEPLOYMENT_ANNOTATION",
+        default_value = "deployment.reloader.stakater.com/pause-period",
+        global = true
+    )]
     pub pause_deployment_annotation: String,
     #[arg(
         long,
         env = "PAUSE_DEPLOYMENT_TIME_ANNOTATION",
-        default_value = "deployment.reloader.stakater.com/paused-at"
+        default_value = "deployment.reloader.stakater.com/paused-at",
+        global = true
     )]
     pub pause_deployment_time_annotation: String,
 
     /// Serve CPU profiles in the pprof format at `/debug/pprof/profile` on `--pprof-addr`.
-    #[arg(long, env = "ENABLE_PPROF", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "ENABLE_PPROF", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub enable_pprof: bool,
-    #[arg(long, env = "PPROF_ADDR", default_value = ":6060")]
+    #[arg(long, env = "PPROF_ADDR", default_value = ":6060", global = true)]
     pub pprof_addr: String,
 
     #[arg(long, env = "LEADER_ELECTION_ID", default_value = "stakater-reloader-lock", global = true)]
     pub leader_election_id: String,
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "", global = true)]
     pub leader_election_namespace: String,
-    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration, global = true)]
     pub leader_election_lease_duration: Duration,
-    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration, global = true)]
     pub leader_election_renew_deadline: Duration,
-    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration, global = true)]
     pub leader_election_retry_period: Duration,
-    #[arg(long, env = "LEADER_ELECTION_RELEASE_ON_CANCEL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    #[arg(long, env = "LEADER_ELECTION_RELEASE_ON_CANCEL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true", global = true)]
     pub leader_election_release_on_cancel: bool,
 
     /// Address of the metrics and admin server (Reloader serves it on :9090).
-    #[arg(long, env = "METRICS_ADDR", default_value = ":9090", value_parser = parse_addr)]
+    #[arg(long, env = "METRICS_ADDR", default_value = ":9090", value_parser = parse_addr, global = true)]
     pub metrics_addr: SocketAddr,
     /// Also count reloads per namespace (`reloader_reload_executed_total_by_namespace`), as
     /// `METRICS_COUNT_BY_NAMESPACE=enabled` does.
-    #[arg(long, value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub metrics_count_by_namespace: bool,
     /// Where `/healthz` and `/readyz` are also served, as Reloader v2 serves them (its chart's
     /// probes use :8080); the metrics address answers them too.
-    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080", value_parser = parse_addr)]
+    #[arg(long, env = "HEALTH_ADDR", default_value = ":8080", value_parser = parse_addr, global = true)]
     pub health_addr: SocketAddr,
 
-    #[arg(long, env = "ALERT_ON_RELOAD", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "ALERT_ON_RELOAD", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub alert_on_reload: bool,
-    #[arg(long, env = "ALERT_WEBHOOK_URL", default_value = "")]
+    #[arg(long, env = "ALERT_WEBHOOK_URL", default_value = "", global = true)]
     pub alert_webhook_url: String,
-    #[arg(long, env = "ALERT_SINK", default_value = "")]
+    #[arg(long, env = "ALERT_SINK", default_value = "", global = true)]
     pub alert_sink: String,
-    #[arg(long, env = "ALERT_PROXY", default_value = "")]
+    #[arg(long, env = "ALERT_PROXY", default_value = "", global = true)]
     pub alert_proxy: String,
-    #[arg(long, env = "ALERT_ADDITIONAL_INFO", default_value = "")]
+    #[arg(long, env = "ALERT_ADDITIONAL_INFO", default_value = "", global = true)]
     pub alert_additional_info: String,
-    #[arg(long, env = "ALERT_STRUCTURED", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, env = "ALERT_STRUCTURED", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub alert_structured: bool,
 
     /// Name of the ConfigMap holding the checkpoint of acted-on hashes (one per shard).
-    #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint")]
+    #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint", global = true)]
     pub checkpoint_name: String,
 
     /// Number of shards namespaces are spread over; each is held through its own Lease.
@@ -199,6 +219,22 @@ pub enum Command {
     Fleet {
         #[command(subcommand)]
         what: FleetCommand,
+    },
+    /// Say whether a change would reload a workload, and why: `explain deployment/web -n team-a`
+    /// (every resource it uses or names) or `explain configmap/app -n team-a` (every workload
+    /// a change concerns). Reads live objects with your kubeconfig; pass the controller's flags
+    /// after it so that it decides with the same settings.
+    Explain {
+        /// KIND/NAME, KIND as kubectl takes it: deployment, deploy, daemonset, ds, statefulset,
+        /// sts, cronjob, cj, job, rollout, deploymentconfig, dc, configmap, cm, secret,
+        /// secretproviderclass, spc.
+        target: String,
+        /// The namespace (default: the kubeconfig's).
+        #[arg(short = 'n', long = "namespace")]
+        namespace: Option<String>,
+        /// text for people, json for scripts.
+        #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+        output: String,
     },
 }
 
@@ -513,6 +549,15 @@ mod tests {
         let a = args(&["fleet", "status", "--shards", "16", "--leader-election-namespace", "reloader"]);
         assert_eq!((a.shards, a.leader_election_namespace.as_str()), (16, "reloader"));
         assert!(matches!(a.command, Some(Command::Fleet { what: FleetCommand::Status })));
+    }
+
+    #[test]
+    fn explain_takes_kubectl_style_arguments_and_the_controllers_flags_after_it() {
+        let a = args(&["explain", "deploy/web", "-n", "team-a", "-o", "json", "--auto-reload-all"]);
+        assert!(a.auto_reload_all);
+        let Some(Command::Explain { target, namespace, output }) = a.command else { panic!("explain expected") };
+        assert_eq!((target.as_str(), namespace.as_deref(), output.as_str()), ("deploy/web", Some("team-a"), "json"));
+        assert!(Args::try_parse_from(["reloader", "explain", "deploy/web", "-o", "yaml"]).is_err());
     }
 
     #[test]

@@ -81,6 +81,35 @@ pub async fn print(
     Ok(())
 }
 
+/// The shard of `namespace` and the replica holding its Lease, from the fleet's Leases;
+/// `None` when there are none (a single replica without `--enable-ha`).
+pub async fn serving(
+    client: Client,
+    lease_namespace: &str,
+    prefix: &str,
+    shards_flag: u32,
+    namespace: &str,
+) -> anyhow::Result<Option<(u32, Option<String>)>> {
+    let leases: Api<Lease> = Api::namespaced(client, lease_namespace);
+    let list = leases
+        .list(&ListParams::default().labels(&format!("{FLEET_LABEL}={prefix}")))
+        .await
+        .with_context(|| format!("cannot list the fleet's Leases in namespace {lease_namespace}"))?;
+    if list.items.is_empty() {
+        return Ok(None);
+    }
+    let ring = Ring::new(recorded_shards(&list.items).unwrap_or(shards_flag)).context("invalid shard count")?;
+    let shard = ring.shard_of(namespace);
+    let name = if ring.shards() == 1 { prefix.to_string() } else { format!("{prefix}-shard-{shard}") };
+    let holder = list
+        .items
+        .iter()
+        .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
+        .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+        .filter(|h| !h.is_empty());
+    Ok(Some((shard, holder)))
+}
+
 /// The shard count most shard Leases record in their ring annotation (`shards=16,...`).
 fn recorded_shards(leases: &[Lease]) -> Option<u32> {
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();

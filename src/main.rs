@@ -1,6 +1,7 @@
 //! The `reloader` binary: parse configuration, connect to Kubernetes, wire the rooms, supervise.
 
 mod cli;
+mod explain;
 mod fleet_status;
 
 use std::collections::BTreeSet;
@@ -88,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
 
     let pod_name = std::env::var("POD_NAME").ok().filter(|v| !v.is_empty());
     let pod_namespace = std::env::var("POD_NAMESPACE").ok().filter(|v| !v.is_empty());
-    if enable_ha && (pod_name.is_none() || pod_namespace.is_none()) {
+    if enable_ha && command.is_none() && (pod_name.is_none() || pod_namespace.is_none()) {
         bail!("--enable-ha needs the POD_NAME and POD_NAMESPACE environment variables");
     }
     // kube and the alert client both use rustls; one process-wide provider (ring) serves both.
@@ -111,10 +112,7 @@ async fn main() -> anyhow::Result<()> {
     let ring = Arc::new(Ring::new(shards).context("invalid --shards")?);
 
     if let Some(cli::Command::Fleet { what: cli::FleetCommand::Status }) = command {
-        let namespace = [leader_election_namespace.clone(), pod_namespace.clone().unwrap_or_default()]
-            .into_iter()
-            .find(|n| !n.is_empty())
-            .unwrap_or_else(|| client.default_namespace().to_string());
+        let namespace = fleet_namespace(&leader_election_namespace, pod_namespace.as_deref(), &client);
         return fleet_status::print(client, &namespace, &leader_election_id, shards, &settings.filter).await;
     }
 
@@ -136,10 +134,40 @@ async fn main() -> anyhow::Result<()> {
             served
         };
     info!(kinds = ?workload_kinds, csi, "watching these workload kinds");
+    let explain_scope = reload::explain::Scope {
+        strategy: reload_strategy,
+        kinds: workload_kinds.clone(),
+        resources: [
+            (settings.watch_configmaps, watch::ResourceKind::ConfigMap),
+            (settings.watch_secrets, watch::ResourceKind::Secret),
+            (csi, watch::ResourceKind::SecretProviderClass),
+        ]
+        .into_iter()
+        .filter_map(|(on, kind)| on.then_some(kind))
+        .collect(),
+    };
 
     let keys = settings.keys.clone();
     let compactor =
         watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), auto_reload_all);
+    if let Some(cli::Command::Explain { target, namespace, output }) = &command {
+        let request = explain::Request {
+            target,
+            namespace: namespace.clone().unwrap_or_else(|| client.default_namespace().to_string()),
+            json: output == "json",
+            keys: keys.clone(),
+            options: Options { auto_reload_all },
+            scope: explain_scope,
+            compactor,
+            filter: &settings.filter,
+            scoped_namespaces: settings.scoped_namespaces.as_deref(),
+            resource_label_selector: settings.resource_label_selector.as_ref(),
+            lease_namespace: fleet_namespace(&leader_election_namespace, pod_namespace.as_deref(), &client),
+            lease_prefix: &leader_election_id,
+            shards,
+        };
+        return explain::print(client, request).await;
+    }
     let (store, writer) = watch::Store::new(keys.explicit_keys());
     let watch_config = watch::Config {
         namespaces: settings.scoped_namespaces.clone(),
@@ -255,6 +283,11 @@ async fn main() -> anyhow::Result<()> {
         store: store.clone(),
         stats: reload_metrics.namespaces.clone(),
         client: Some(client.clone()),
+        explain: admin::ExplainSettings {
+            keys: engine_config.keys.clone(),
+            options: engine_config.options.clone(),
+            scope: explain_scope,
+        },
     }));
     let ready = state.ready.clone();
     let readiness = tokio::spawn(async move {
@@ -429,6 +462,15 @@ async fn check_places(
 }
 
 /// Whether the API server serves `plural` in `api_version` (discovery; an error counts as no).
+/// Where a command for people looks for the fleet's Leases: `--leader-election-namespace`,
+/// else `POD_NAMESPACE`, else the kubeconfig's namespace.
+fn fleet_namespace(flag: &str, pod_namespace: Option<&str>, client: &kube::Client) -> String {
+    [flag, pod_namespace.unwrap_or_default()]
+        .into_iter()
+        .find(|n| !n.is_empty())
+        .map_or_else(|| client.default_namespace().to_string(), str::to_string)
+}
+
 async fn is_served(client: &kube::Client, api_version: &str, plural: &str) -> bool {
     match client.list_api_group_resources(api_version).await {
         Ok(list) => list.resources.iter().any(|r| r.name == plural),

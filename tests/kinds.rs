@@ -15,8 +15,8 @@ use reloader_fleet::watch::{DataHash, ResourceKind};
 use serde_json::{Value, json};
 use support::crds;
 use support::fixtures::{
-    Kind, KindExt, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret,
-    secret_hash, workload_json,
+    Kind, KindExt, Workload, annotate_configmap, cm_hash, create_configmap, create_secret, generation, patch_configmap,
+    patch_secret, secret_hash, workload_json,
 };
 use support::scenario::{Ctx, scenario, wait_stored};
 use support::wait_for;
@@ -451,21 +451,9 @@ async fn wait_recorded(ctx: &Ctx, kind: Kind, name: &str, rkind: ResourceKind, r
 async fn every_rule_applies_to(ctx: &Ctx, controller: &support::controller::Controller, kind: Kind) {
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
     create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
-    patch_configmap(
-        c,
-        ns,
-        "app-config",
-        json!({ "metadata": { "annotations": { "reloader.stakater.com/match": "true" } } }),
-    )
-    .await;
+    annotate_configmap(c, ns, "app-config", "reloader.stakater.com/match", "true").await;
     create_configmap(c, ns, "quiet-config", &[("mode", "a")]).await;
-    patch_configmap(
-        c,
-        ns,
-        "quiet-config",
-        json!({ "metadata": { "annotations": { "reloader.stakater.com/ignore": "true" } } }),
-    )
-    .await;
+    annotate_configmap(c, ns, "quiet-config", "reloader.stakater.com/ignore", "true").await;
     create_secret(c, ns, "app-secret", &[("password", "a")]).await;
     let w = |name: &str| Workload::new(kind, name);
     uses_both(w("auto").auto(), "app-config", "app-secret").create(c, ns).await;

@@ -11,8 +11,8 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap, Secret};
 use serde_json::json;
 use support::fixtures::{
-    ALL_KINDS, Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret,
-    recorded_annotation, recorded_env, secret_hash,
+    ALL_KINDS, Kind, Workload, annotate_configmap, cm_hash, create_configmap, create_secret, generation,
+    patch_configmap, patch_secret, recorded_annotation, recorded_env, secret_hash,
 };
 use support::scenario::{scenario, wait_stored};
 
@@ -61,13 +61,7 @@ async fn annotation_rules_decide_who_reloads_on_one_change() {
         scenario("rules", strategy, &[], |ctx, controller| async move {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "app-config", &[("v", "1")]).await;
-            patch_configmap(
-                c,
-                ns,
-                "app-config",
-                json!({ "metadata": { "annotations": { "reloader.stakater.com/match": "true" } } }),
-            )
-            .await;
+            annotate_configmap(c, ns, "app-config", "reloader.stakater.com/match", "true").await;
             let uses = |w: Workload| w.env_from_configmap("app-config");
             let d = |name: &str| Workload::new(Kind::Deployment, name);
             let workloads = [
@@ -263,13 +257,7 @@ async fn changes_that_are_not_data_changes_roll_nothing() {
                 json!({ "metadata": { "labels": { "new": "label" }, "annotations": { "x": "y" } } }),
             )
             .await;
-            patch_configmap(
-                c,
-                ns,
-                "ignored",
-                json!({ "metadata": { "annotations": { "reloader.stakater.com/ignore": "true" } } }),
-            )
-            .await;
+            annotate_configmap(c, ns, "ignored", "reloader.stakater.com/ignore", "true").await;
             patch_configmap(c, ns, "ignored", json!({ "data": { "k": "2" } })).await;
             patch_configmap(c, ns, "no-match", json!({ "data": { "k": "2" } })).await;
             patch_configmap(c, ns, "sentinel", json!({ "data": { "k": "2" } })).await;

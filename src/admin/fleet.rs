@@ -32,6 +32,8 @@ pub struct FleetView {
     pub stats: NamespaceStats,
     /// For namespace labels when a namespace selector is set (one GET per request).
     pub client: Option<Client>,
+    /// What `/explain` decides with.
+    pub explain: crate::admin::ExplainSettings,
 }
 
 #[derive(Serialize)]

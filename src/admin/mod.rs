@@ -5,11 +5,13 @@
 //! of either chart keep working.
 
 mod api_calls;
+mod explain;
 mod fleet;
 mod pprof;
 mod router;
 
 pub use api_calls::ApiCalls;
+pub use explain::ExplainSettings;
 pub use fleet::FleetView;
 pub use pprof::{pprof_router, serve_pprof};
 pub use router::{AdminState, Error, router, serve};

@@ -53,6 +53,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/shards", get(fleet::shards))
         .route("/namespaces", get(fleet::namespaces))
         .route("/namespaces/{namespace}", get(fleet::namespace))
+        .route("/explain/{namespace}/{kind}/{name}", get(crate::admin::explain::explain))
         .with_state(state)
 }
 
@@ -174,6 +175,15 @@ mod tests {
             store,
             stats: Default::default(),
             client: None,
+            explain: crate::admin::ExplainSettings {
+                keys: Default::default(),
+                options: Default::default(),
+                scope: crate::reload::explain::Scope {
+                    strategy: Default::default(),
+                    kinds: WorkloadKind::ALL.to_vec(),
+                    resources: vec![crate::watch::ResourceKind::ConfigMap],
+                },
+            },
         };
         AdminState { fleet: Some(Arc::new(fleet)), ..Default::default() }
     }
@@ -206,6 +216,24 @@ mod tests {
         let (_, body) = get(fleet_state(), "/namespaces").await;
         let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(json["namespaces"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[tokio::test]
+    async fn explain_answers_from_the_store_and_names_bad_input() {
+        let (status, body) = get(fleet_state(), "/explain/team-a/deploy/web").await;
+        assert_eq!(status, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["found"], true, "{json}");
+        assert_eq!(json["kind"], "Deployment");
+        assert_eq!(json["serving"]["replica"], "replica-0");
+        let (_, body) = get(fleet_state(), "/explain/kube-system/configmap/x").await;
+        let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(json["serving"]["not_selected"], "in --namespaces-to-ignore");
+        let (_, body) = get(fleet_state(), "/explain/team-a/deployment/web?output=text").await;
+        assert!(body.starts_with("Deployment team-a/web\n"), "{body}");
+        let (status, body) = get(fleet_state(), "/explain/team-a/pod/x").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("unknown kind"), "{body}");
     }
 
     #[tokio::test]

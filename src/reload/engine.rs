@@ -27,7 +27,7 @@ use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::strategy::{self, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
-use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch, target_container};
+use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
@@ -435,19 +435,16 @@ impl Engine {
     /// The container that records the reload if the rules reload `workload` for this change
     /// (bad annotations are reported on the way), else `None`.
     fn target_of(&mut self, key: &ResourceKey, state: &ResourceState, workload: &Workload) -> Option<usize> {
-        let verdict = self.rules.decide(key.kind, &key.name, state, &workload.annotations, &workload.template);
-        if !verdict.problems.is_empty() {
-            self.report_problems(workload, &verdict.problems);
+        let decision = self.rules.evaluate(key.kind, &key.name, state, workload);
+        if !decision.verdict.problems.is_empty() {
+            self.report_problems(workload, &decision.verdict.problems);
         }
-        let Some(mode) = verdict.mode else {
-            self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc();
-            return None;
-        };
-        let container = target_container(&workload.template, key.kind, &key.name, mode);
-        if container.is_none() && mode == Mode::Auto {
-            self.metrics.skipped.with_label_values(&["strategy_not_updated"]).inc();
+        match (decision.verdict.mode, decision.container) {
+            (None, _) => self.metrics.skipped.with_label_values(&["ignored_or_not_selected"]).inc(),
+            (Some(Mode::Auto), None) => self.metrics.skipped.with_label_values(&["strategy_not_updated"]).inc(),
+            _ => {}
         }
-        container
+        decision.container
     }
 
     async fn reload_one(

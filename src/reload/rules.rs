@@ -32,21 +32,100 @@ pub enum Mode {
     Auto,
 }
 
+/// The rule that decided a verdict, in Reloader's order of precedence. `explain` shows it;
+/// the engine only needs the mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// The resource carries the `ignore` annotation (exactly `true`).
+    ResourceIgnored,
+    /// The workload's exclude annotation names the resource.
+    Excluded,
+    /// An entry of the workload's `.../reload` list matches the resource's name.
+    ExplicitList,
+    /// The workload has `search: "true"` and the resource `match: "true"`.
+    SearchMatch,
+    /// `reloader.stakater.com/auto` is true.
+    Auto,
+    /// The typed auto key (`configmap.`/`secret.`/`secretproviderclass.reloader.stakater.com/auto`) is true.
+    TypedAuto,
+    /// `--auto-reload-all`, with neither auto key set.
+    AutoReloadAll,
+    /// The workload has `search` but the resource lacks `match: "true"`.
+    SearchWithoutMatch,
+    /// The workload has a `.../reload` list for this kind and no entry matches the name.
+    NotInExplicitList,
+    /// An auto key is set, but not to true.
+    AutoOff,
+    /// None of Reloader's annotations for this kind is on the workload.
+    NoAnnotation,
+}
+
+impl Rule {
+    /// A sentence for people: what decided, naming the annotation.
+    pub fn describe(self, keys: &Keys, kind: ResourceKind) -> String {
+        let typed = keys.for_kind(kind);
+        match self {
+            Rule::ResourceIgnored => format!("the {} has {}: \"true\"", kind.kind(), keys.ignore),
+            Rule::Excluded => format!("the workload's {} names it", typed.exclude),
+            Rule::ExplicitList => format!("an entry of the workload's {} matches its name", typed.explicit),
+            Rule::SearchMatch => {
+                format!(
+                    "the workload has {}: \"true\" and the {} {}: \"true\"",
+                    keys.search,
+                    kind.kind(),
+                    keys.search_match
+                )
+            }
+            Rule::Auto => format!("the workload has {}: \"true\"", keys.auto),
+            Rule::TypedAuto => format!("the workload has {}: \"true\"", typed.auto),
+            Rule::AutoReloadAll => "--auto-reload-all is set and the workload has no auto annotation".to_string(),
+            Rule::SearchWithoutMatch => format!(
+                "the workload has {} but the {} lacks {}: \"true\"",
+                keys.search,
+                kind.kind(),
+                keys.search_match
+            ),
+            Rule::NotInExplicitList => format!("no entry of the workload's {} matches its name", typed.explicit),
+            Rule::AutoOff => format!("{} / {} is set, but not to true", keys.auto, typed.auto),
+            Rule::NoAnnotation => {
+                format!("the workload has none of {}, {}, {} or {}", keys.auto, typed.auto, typed.explicit, keys.search)
+            }
+        }
+    }
+}
+
 /// The verdict for one (resource, workload) pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub mode: Option<Mode>,
+    /// What decided.
+    pub rule: Rule,
     /// Annotation values on the workload that could not be understood. Each one is reported as
     /// a Warning Event on the workload; the decision goes on without the bad value.
     pub problems: Vec<Problem>,
 }
 
 /// An annotation value that Reloader's rules cannot use.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Problem {
     pub annotation: String,
     pub value: String,
     pub reason: String,
+}
+
+/// The engine's decision for one (resource, workload) pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The container that records the reload; `None`: no reload.
+    pub container: Option<usize>,
+}
+
+impl Decision {
+    pub fn reloads(&self) -> bool {
+        self.container.is_some()
+    }
 }
 
 /// Compiled explicit-list patterns kept at most; the cache starts over beyond that.
@@ -87,8 +166,23 @@ impl Rules {
         template: &PodTemplate,
     ) -> Verdict {
         let mut problems = Vec::new();
-        let mode = self.mode(kind, resource_name, state, metadata, template, &mut problems);
-        Verdict { mode, problems }
+        let (mode, rule) = self.mode(kind, resource_name, state, metadata, template, &mut problems);
+        Verdict { mode, rule, problems }
+    }
+
+    /// The whole decision for one (resource, workload) pair, as the engine acts on it: the
+    /// verdict, and the container that records the reload. An automatic verdict without a
+    /// container that uses the resource reloads nothing.
+    pub fn evaluate(
+        &mut self,
+        kind: ResourceKind,
+        resource_name: &str,
+        state: &ResourceState,
+        workload: &crate::watch::Workload,
+    ) -> Decision {
+        let verdict = self.decide(kind, resource_name, state, &workload.annotations, &workload.template);
+        let container = verdict.mode.and_then(|mode| target_container(&workload.template, kind, resource_name, mode));
+        Decision { verdict, container }
     }
 
     /// The rules in Reloader's order; the first that applies decides.
@@ -100,9 +194,9 @@ impl Rules {
         metadata: &BTreeMap<String, String>,
         template: &PodTemplate,
         problems: &mut Vec<Problem>,
-    ) -> Option<Mode> {
+    ) -> (Option<Mode>, Rule) {
         if state.ignored {
-            return None;
+            return (None, Rule::ResourceIgnored);
         }
         let keys = &self.keys;
         let typed = keys.for_kind(kind);
@@ -111,7 +205,7 @@ impl Rules {
         if let Some(excluded) = metadata.get(typed.exclude)
             && excluded.split(',').any(|n| n.trim() == resource_name)
         {
-            return None;
+            return (None, Rule::Excluded);
         }
 
         // Presence, not value, of any of these keys on metadata decides where they are read from.
@@ -119,23 +213,39 @@ impl Rules {
         let source = if selection.iter().any(|k| metadata.contains_key(*k)) { metadata } else { &template.annotations };
         let read = |key: &str| source.get(key).map(String::as_str).unwrap_or("");
 
-        if let Some(list) = source.get(typed.explicit)
+        let list = source.get(typed.explicit);
+        if let Some(list) = list
             && explicit_list_matches(&mut self.patterns, typed.explicit, list, resource_name, problems)
         {
-            return Some(Mode::Explicit);
+            return (Some(Mode::Explicit), Rule::ExplicitList);
         }
 
-        if read(&keys.search) == "true" && state.search_match {
-            return Some(Mode::Auto);
+        let search = read(&keys.search) == "true";
+        if search && state.search_match {
+            return (Some(Mode::Auto), Rule::SearchMatch);
         }
 
         let auto = read(&keys.auto);
         let typed_auto = read(typed.auto);
-        let enabled = parse_bool(&keys.auto, auto, problems) || parse_bool(typed.auto, typed_auto, problems);
-        if enabled || (auto.is_empty() && typed_auto.is_empty() && self.options.auto_reload_all) {
-            return Some(Mode::Auto);
+        if parse_bool(&keys.auto, auto, problems) {
+            return (Some(Mode::Auto), Rule::Auto);
         }
-        None
+        if parse_bool(typed.auto, typed_auto, problems) {
+            return (Some(Mode::Auto), Rule::TypedAuto);
+        }
+        if auto.is_empty() && typed_auto.is_empty() && self.options.auto_reload_all {
+            return (Some(Mode::Auto), Rule::AutoReloadAll);
+        }
+        let rule = if search {
+            Rule::SearchWithoutMatch
+        } else if list.is_some() {
+            Rule::NotInExplicitList
+        } else if !auto.is_empty() || !typed_auto.is_empty() {
+            Rule::AutoOff
+        } else {
+            Rule::NoAnnotation
+        };
+        (None, rule)
     }
 }
 

@@ -107,12 +107,7 @@ fn plan_env_var(
     target: Target,
 ) -> Option<Value> {
     let var = env_var_name(resource_name, kind);
-    let recorded = if workload.key.kind.spec().records_in_metadata {
-        // The template is never written (a CronJob): the metadata record is the only one.
-        recorded_hashes(workload).remove(&record_key(kind, resource_name))
-    } else {
-        workload.template.containers[container].recorded.iter().find(|(name, _)| *name == var).map(|(_, v)| v.clone())
-    };
+    let recorded = recorded_env_var(workload, kind, resource_name, container);
     let env = match (target, recorded.as_deref()) {
         (Target::Hash(h), Some(value)) if value == h.to_string() => return None,
         (Target::Hash(h), _) => json!({ "name": var, "value": h.to_string() }),
@@ -133,6 +128,51 @@ fn plan_env_var(
             json!({ "annotations": { RELOADED_HASHES: serde_json::to_string(&recorded).unwrap_or_default() } });
     }
     Some(patch)
+}
+
+/// The hash the env-vars strategy recorded for the resource on `container`.
+fn recorded_env_var(workload: &Workload, kind: ResourceKind, resource_name: &str, container: usize) -> Option<String> {
+    if workload.key.kind.spec().records_in_metadata {
+        // The template is never written (a CronJob): the metadata record is the only one.
+        return recorded_hashes(workload).remove(&record_key(kind, resource_name));
+    }
+    let var = env_var_name(resource_name, kind);
+    let recorded = &workload.template.containers.get(container)?.recorded;
+    recorded.iter().find(|(name, _)| *name == var).map(|(_, v)| v.clone())
+}
+
+/// The hash `workload` records for the resource under `strategy` (what a reload compares
+/// with), if any.
+pub fn recorded(
+    strategy: Strategy,
+    workload: &Workload,
+    kind: ResourceKind,
+    resource_name: &str,
+    container: usize,
+) -> Option<String> {
+    match strategy {
+        Strategy::EnvVars => recorded_env_var(workload, kind, resource_name, container),
+        Strategy::Annotations => recorded_hashes(workload).remove(&record_key(kind, resource_name)).or_else(|| {
+            last_reloaded_from(workload)
+                .filter(|s| s.type_ == kind.type_suffix() && s.name == resource_name)
+                .map(|s| s.hash)
+        }),
+    }
+}
+
+/// Where a reload for the resource is written, for people: the env var or the annotation.
+pub fn record_place(
+    strategy: Strategy,
+    workload: &Workload,
+    kind: ResourceKind,
+    resource_name: &str,
+    container: usize,
+) -> String {
+    let container = workload.template.containers.get(container).map(|c| c.name.as_str()).unwrap_or("?");
+    match strategy {
+        Strategy::EnvVars => format!("env var {} on container {container}", env_var_name(resource_name, kind)),
+        Strategy::Annotations => format!("pod template annotation {LAST_RELOADED_FROM} (container {container})"),
+    }
 }
 
 /// The key of one resource in the metadata record: `CONFIGMAP/name`.
@@ -194,10 +234,8 @@ fn plan_annotation(
     if recorded.get(&record_key) == Some(&hash_text) {
         return None;
     }
-    if let Some(source) = last_reloaded_from(workload)
-        && source.type_ == kind.type_suffix()
-        && source.name == resource_name
-        && source.hash == hash_text
+    if last_reloaded_from(workload)
+        .is_some_and(|s| s.type_ == kind.type_suffix() && s.name == resource_name && s.hash == hash_text)
     {
         return None;
     }

@@ -21,5 +21,6 @@ pub use object::{
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run};
 pub use wire::{
-    Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimDaemonSet, SlimDeployment, SlimRaw, SlimStatefulSet, SlimWorkload,
+    Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret,
+    SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload,
 };

@@ -104,6 +104,11 @@ impl Store {
         self.read().baselines.iter().filter(|(k, _)| keep(k)).map(|(k, h)| (k.clone(), *h)).collect()
     }
 
+    /// Keys of stored resources of `kind`, optionally only in one namespace.
+    pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
+        keys_in(self.read().resources.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
+    }
+
     /// Every namespace with a stored object.
     pub fn namespaces(&self) -> BTreeSet<Arc<str>> {
         self.read().per_namespace.keys().cloned().collect()
@@ -168,11 +173,6 @@ impl Writer {
             inner.count(&key.namespace, false);
         }
         gone
-    }
-
-    /// Keys of stored resources of `kind`, optionally only in one namespace.
-    pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
-        keys_in(self.store.read().resources.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
     }
 
     /// Keys of stored workloads of `kind`, optionally only in one namespace.

@@ -598,7 +598,7 @@ impl WatchTask {
                 if scope.is_none() {
                     self.unselected.retain_listed(kind, &seen);
                 }
-                for key in self.writer.resource_keys(kind, scope.as_deref()) {
+                for key in self.writer.store().resource_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone()))
                         && let Some(gone) = self.writer.delete_resource(&key)
                         && emit

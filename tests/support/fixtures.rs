@@ -171,6 +171,11 @@ pub async fn patch_configmap(client: &Client, ns: &str, name: &str, patch: Value
         .unwrap_or_else(|e| panic!("patch configmap {name}: {e}"));
 }
 
+/// Set one annotation on a ConfigMap (`match`, `ignore`...).
+pub async fn annotate_configmap(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
+    patch_configmap(client, ns, name, json!({ "metadata": { "annotations": { key: value } } })).await;
+}
+
 pub async fn create_secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": name },

@@ -33,7 +33,60 @@ fn decide(
     metadata: &BTreeMap<String, String>,
     template: &PodTemplate,
 ) -> Verdict {
-    Rules::new(keys.clone(), options.clone()).decide(kind, name, state, metadata, template)
+    let verdict = Rules::new(keys.clone(), options.clone()).decide(kind, name, state, metadata, template);
+    explain_agrees(keys, options, kind, name, state, metadata, template);
+    verdict
+}
+
+/// `explain` says what the engine does: for every case of these tests, its verdict for the
+/// pair (from a store holding the workload and the resource) equals the engine's decision.
+fn explain_agrees(
+    keys: &Keys,
+    options: &Options,
+    kind: ResourceKind,
+    name: &str,
+    state: &ResourceState,
+    metadata: &BTreeMap<String, String>,
+    template: &PodTemplate,
+) {
+    use crate::reload::explain;
+    use crate::watch::{ResourceKey, Store, Workload, WorkloadKey, WorkloadKind};
+    let workload = Workload {
+        key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
+        uid: "u".into(),
+        resource_version: "1".into(),
+        annotations: metadata.clone(),
+        template: template.clone(),
+        paused: false,
+        raw: None,
+    };
+    let engine = Rules::new(keys.clone(), options.clone()).evaluate(kind, name, state, &workload);
+    let (store, writer) = Store::new(keys.explicit_keys());
+    let resource = ResourceKey { kind, namespace: "ns".into(), name: name.into() };
+    writer.apply_resource(resource.clone(), state.clone());
+    writer.apply_workload(workload.clone());
+    let scope = explain::Scope {
+        strategy: crate::reload::Strategy::EnvVars,
+        kinds: WorkloadKind::ALL.to_vec(),
+        resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass],
+    };
+    let absent = |_: &ResourceKey| "absent".to_string();
+    let mut rules = Rules::new(keys.clone(), options.clone());
+    let by_resource = explain::resource(&mut rules, &store, &scope, Default::default(), &resource, &absent);
+    let by_workload = explain::workload(&mut rules, &store, &scope, Default::default(), &workload.key, &absent);
+    for report in [by_resource, by_workload] {
+        let pair = report.pairs.iter().find(|p| p.resource == name && p.resource_kind == kind.kind());
+        match pair {
+            Some(pair) => {
+                assert_eq!(pair.reloads, engine.reloads(), "explain disagrees with the engine: {pair:?} vs {engine:?}");
+                if engine.reloads() || engine.verdict.mode.is_none() {
+                    let word = serde_json::to_value(engine.verdict.rule).expect("a rule serializes");
+                    assert_eq!(Some(pair.rule.as_str()), word.as_str(), "rule of {pair:?}");
+                }
+            }
+            None => assert!(!engine.reloads(), "explain ({}) omits a pair the engine reloads: {engine:?}", report.kind),
+        }
+    }
 }
 
 fn mode_for(meta: &[(&str, &str)], template: &PodTemplate, name: &str) -> Option<Mode> {

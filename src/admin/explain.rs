@@ -1,0 +1,98 @@
+//! `GET /explain/{namespace}/{kind}/{name}`: the `explain` answer from the live store, with no
+//! API call. A namespace of a shard held elsewhere is answered with the replica to ask.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::admin::AdminState;
+use crate::reload::explain::{self, Serving, Subject};
+use crate::reload::{Keys, Options, Rules};
+use crate::watch::{ResourceKey, WorkloadKey};
+
+/// The settings `explain` decides with, as the engine has them.
+#[derive(Clone, Debug)]
+pub struct ExplainSettings {
+    pub keys: Keys,
+    pub options: Options,
+    pub scope: explain::Scope,
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct Params {
+    /// `text` for people (as the command prints it); JSON by default.
+    output: Option<String>,
+}
+
+pub(crate) async fn explain(
+    State(state): State<AdminState>,
+    Path((namespace, kind, name)): Path<(String, String, String)>,
+    Query(params): Query<Params>,
+) -> Response {
+    let Some(fleet) = state.fleet.as_ref() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not wired").into_response();
+    };
+    let subject = match Subject::parse(&kind) {
+        Ok(subject) => subject,
+        Err(message) => {
+            return (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": message }))).into_response();
+        }
+    };
+    let settings = &fleet.explain;
+    let shard = fleet.ring.shard_of(&namespace);
+    let ownership = state.ownership.as_ref().map(|o| o.borrow().clone());
+    let (replica, held_here) = match &ownership {
+        None => (Some(fleet.identity.clone()), true),
+        Some(o) => (
+            o.shards.iter().find(|s| s.shard == shard).map(|s| s.holder.clone()).filter(|h| !h.is_empty()),
+            o.held.contains(&shard),
+        ),
+    };
+    // Without labels (no API call here) a namespace selector cannot be evaluated; the store
+    // holds a namespace only once it is selected.
+    let stored = fleet.store.namespaces().contains(namespace.as_str());
+    let not_selected = if stored {
+        None
+    } else if !held_here {
+        Some(format!(
+            "shard {shard} is held by {}, not by {}: ask that replica",
+            replica.as_deref().unwrap_or("no replica"),
+            fleet.identity
+        ))
+    } else {
+        let selection = fleet.filter.select(&namespace, &Default::default());
+        match (selection.is_selected(), fleet.filter.needs_labels()) {
+            (true, _) => None,
+            (false, false) => Some(selection.reason().to_string()),
+            (false, true) => Some(format!(
+                "{} (judged without the namespace's labels, as nothing of it is stored)",
+                selection.reason()
+            )),
+        }
+    };
+    let serving = Serving { not_selected, shard: Some(shard), replica };
+    let absent = |key: &ResourceKey| {
+        format!(
+            "{} {} is not in the store: it does not exist, or --resource-label-selector leaves it out",
+            key.kind.kind(),
+            key.name
+        )
+    };
+    let mut rules = Rules::new(settings.keys.clone(), settings.options.clone());
+    let (namespace, name) = (namespace.as_str().into(), name.as_str().into());
+    let report = match subject {
+        Subject::Workload(kind) => {
+            let key = WorkloadKey { kind, namespace, name };
+            explain::workload(&mut rules, &fleet.store, &settings.scope, serving, &key, &absent)
+        }
+        Subject::Resource(kind) => {
+            let key = ResourceKey { kind, namespace, name };
+            explain::resource(&mut rules, &fleet.store, &settings.scope, serving, &key, &absent)
+        }
+    };
+    match params.output.as_deref() {
+        Some("text") => explain::text(&report).into_response(),
+        _ => Json(report).into_response(),
+    }
+}

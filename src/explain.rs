@@ -1,0 +1,178 @@
+//! `reloader explain KIND/NAME -n NS`: the engine's answer for live objects, read with the
+//! user's kubeconfig. The objects of the namespace go into a store of their own, compacted as
+//! the watches compact them, and the same decision code as the admin endpoint's answers.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ListParams, PartialObjectMeta};
+use kube::{Api, Client};
+use reloader_fleet::reload::explain::{self, Scope, Serving, Subject};
+use reloader_fleet::reload::{Keys, Options, Rules};
+use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
+use reloader_fleet::watch::{
+    Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
+    SlimSpcPodStatus, Store, WorkloadKey, Writer,
+};
+
+/// Everything the command decides with, as the controller would with the same flags.
+pub struct Request<'a> {
+    pub target: &'a str,
+    pub namespace: String,
+    pub json: bool,
+    pub keys: Keys,
+    pub options: Options,
+    pub scope: Scope,
+    pub compactor: Compactor,
+    pub filter: &'a NamespaceFilter,
+    pub scoped_namespaces: Option<&'a [String]>,
+    pub resource_label_selector: Option<&'a LabelSelector>,
+    /// The fleet's Leases: namespace, name prefix, and `--shards` when they record none.
+    pub lease_namespace: String,
+    pub lease_prefix: &'a str,
+    pub shards: u32,
+}
+
+/// Print the answer on stdout.
+pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
+    let Some((kind, name)) = request.target.split_once('/') else {
+        bail!("expected KIND/NAME, like deployment/web or configmap/app-config (got {:?})", request.target);
+    };
+    let subject = Subject::parse(kind).map_err(anyhow::Error::msg)?;
+    let ns = request.namespace.as_str();
+
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+    let labels = match namespaces.get_metadata_opt(ns).await.with_context(|| format!("cannot read namespace {ns}"))? {
+        Some(object) => object.metadata.labels.unwrap_or_default(),
+        None => bail!("namespace {ns} does not exist"),
+    };
+    let mut serving = Serving::default();
+    if let Some(scoped) = request.scoped_namespaces.filter(|list| !list.iter().any(|n| n == ns)) {
+        serving.not_selected = Some(format!("not in --namespaces ({})", scoped.join(",")));
+    } else {
+        let selection = request.filter.select(ns, &labels);
+        serving.not_selected = (!selection.is_selected()).then(|| selection.reason().to_string());
+    }
+    match crate::fleet_status::serving(
+        client.clone(),
+        &request.lease_namespace,
+        request.lease_prefix,
+        request.shards,
+        ns,
+    )
+    .await
+    {
+        Ok(Some((shard, replica))) => (serving.shard, serving.replica) = (Some(shard), replica),
+        Ok(None) => {}
+        // Reading Leases is a detail of the answer: without the permission, say so and go on.
+        Err(err) => tracing::warn!(error = %format!("{err:#}"), "cannot tell which replica serves the namespace"),
+    }
+
+    let (store, writer) = Store::new(request.keys.explicit_keys());
+    let left_out = load(&client, &request, &writer).await?;
+    let selector = request.resource_label_selector.map(ToString::to_string).unwrap_or_default();
+    let absent = |key: &ResourceKey| {
+        if left_out.contains(key) {
+            format!("{} {} does not match --resource-label-selector {selector}", key.kind.kind(), key.name)
+        } else if key.kind == ResourceKind::SecretProviderClass {
+            format!("no SecretProviderClass {} reported by a pod (SecretProviderClassPodStatus)", key.name)
+        } else {
+            format!("no {} {} in namespace {}", key.kind.kind(), key.name, key.namespace)
+        }
+    };
+    let mut rules = Rules::new(request.keys.clone(), request.options.clone());
+    let (namespace, name) = (ns.into(), name.into());
+    let report = match subject {
+        Subject::Workload(kind) => {
+            let key = WorkloadKey { kind, namespace, name };
+            explain::workload(&mut rules, &store, &request.scope, serving, &key, &absent)
+        }
+        Subject::Resource(kind) => {
+            let key = ResourceKey { kind, namespace, name };
+            explain::resource(&mut rules, &store, &request.scope, serving, &key, &absent)
+        }
+    };
+    if request.json {
+        println!("{}", serde_json::to_string_pretty(&report).context("serializing the report")?);
+    } else {
+        print!("{}", explain::text(&report));
+    }
+    Ok(())
+}
+
+/// Fill the store with the namespace's workloads and resources as the watches would; return
+/// the resources the label selector leaves out (the watches never see them).
+async fn load(client: &Client, request: &Request<'_>, writer: &Writer) -> anyhow::Result<BTreeSet<ResourceKey>> {
+    let ns = request.namespace.as_str();
+    let params = ListParams::default();
+    for kind in &request.scope.kinds {
+        let api: Api<SlimRaw> = Api::namespaced_with(client.clone(), ns, &kind.api_resource());
+        let list = api.list(&params).await.with_context(|| format!("cannot list {} in {ns}", kind.spec().plural))?;
+        for object in &list.items {
+            if let Some(workload) = request.compactor.compact_raw(*kind, object) {
+                writer.apply_workload(workload);
+            }
+        }
+    }
+    let mut left_out = BTreeSet::new();
+    let selected = |labels: &Option<std::collections::BTreeMap<String, String>>| {
+        request.resource_label_selector.is_none_or(|s| s.matches(labels.as_ref().unwrap_or(&Default::default())))
+    };
+    let key = |kind, name: &Option<String>| ResourceKey {
+        kind,
+        namespace: ns.into(),
+        name: name.as_deref().unwrap_or_default().into(),
+    };
+    let scope = &request.scope.resources;
+    if scope.contains(&ResourceKind::ConfigMap) {
+        let api: Api<SlimConfigMap> = Api::namespaced(client.clone(), ns);
+        for cm in api.list(&params).await.with_context(|| format!("cannot list ConfigMaps in {ns}"))?.items {
+            let key = key(ResourceKind::ConfigMap, &cm.metadata.name);
+            if Compactor::is_internal(&cm) {
+                continue;
+            }
+            if selected(&cm.metadata.labels) {
+                writer.apply_resource(key, request.compactor.configmap(&cm));
+            } else {
+                left_out.insert(key);
+            }
+        }
+    }
+    if scope.contains(&ResourceKind::Secret) {
+        let api: Api<SlimSecret> = Api::namespaced(client.clone(), ns);
+        for secret in api.list(&params).await.with_context(|| format!("cannot list Secrets in {ns}"))?.items {
+            let key = key(ResourceKind::Secret, &secret.metadata.name);
+            if selected(&secret.metadata.labels) {
+                writer.apply_resource(key, request.compactor.secret(&secret));
+            } else {
+                left_out.insert(key);
+            }
+        }
+    }
+    if scope.contains(&ResourceKind::SecretProviderClass) {
+        // A class counts once a pod reports it, with the hash of what the pod mounted (the
+        // label selector does not apply: the driver labels nothing).
+        let statuses: Api<SlimSpcPodStatus> = Api::namespaced(client.clone(), ns);
+        let statuses = statuses
+            .list(&params)
+            .await
+            .with_context(|| format!("cannot list SecretProviderClassPodStatuses in {ns}"))?;
+        let classes: Api<SlimSecretProviderClass> = Api::namespaced(client.clone(), ns);
+        let classes =
+            classes.list(&params).await.with_context(|| format!("cannot list SecretProviderClasses in {ns}"))?;
+        for class in &classes.items {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let newest = statuses
+                .items
+                .iter()
+                .filter(|s| s.status.secret_provider_class_name == name)
+                .max_by_key(|s| s.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()));
+            if let Some(status) = newest {
+                let state = request.compactor.secret_provider_class(class, Compactor::spc_pod_status_hash(status));
+                writer.apply_resource(key(ResourceKind::SecretProviderClass, &class.metadata.name), state);
+            }
+        }
+    }
+    Ok(left_out)
+}

@@ -1,0 +1,515 @@
+//! "Why didn't it reload?": for a workload, every resource it uses or names and whether a change
+//! of it would reload the workload; for a resource, every workload a change of it concerns.
+//!
+//! The answer comes from the engine's own decision ([`Rules::evaluate`]) over a [`Store`], so
+//! it cannot disagree with what the engine does: the admin endpoint asks the live store, the
+//! `explain` command a store it fills from the API with the user's kubeconfig.
+//!
+//! ```text
+//!  namespace not selected -> kind not rolled -> resource kind not watched -> resource absent
+//!    -> the annotation rules (Rule) -> a container that records it -> reloads
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::reload::strategy::{self, Strategy};
+use crate::reload::{Keys, Mode, Problem, Rule, Rules};
+use crate::watch::{ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
+
+/// The settings that decide outside a workload's annotations.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub strategy: Strategy,
+    /// Workload kinds this controller rolls (after `--ignored-workload-types`, the Argo and
+    /// OpenShift flags and discovery).
+    pub kinds: Vec<WorkloadKind>,
+    /// Resource kinds it watches (after `--resources-to-ignore` and the CSI flag).
+    pub resources: Vec<ResourceKind>,
+}
+
+/// Where the namespace stands: selected or not, and in a fleet who serves it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Serving {
+    /// `None`: selected; else why not (the namespace filter's reason).
+    pub not_selected: Option<String>,
+    pub shard: Option<u32>,
+    /// The replica holding that shard's Lease, if known.
+    pub replica: Option<String>,
+}
+
+/// What is asked about: `deployment/web`, `deploy/web`, `cm/app-config`, `secret/db`...
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Workload(WorkloadKind),
+    Resource(ResourceKind),
+}
+
+impl Subject {
+    /// A kind as kubectl users type it: the kind, its plural or its short name, any case.
+    pub fn parse(kind: &str) -> Result<Subject, String> {
+        let lower = kind.trim().to_ascii_lowercase();
+        let short = match lower.as_str() {
+            "deploy" => Some(Subject::Workload(WorkloadKind::Deployment)),
+            "ds" => Some(Subject::Workload(WorkloadKind::DaemonSet)),
+            "sts" => Some(Subject::Workload(WorkloadKind::StatefulSet)),
+            "cj" => Some(Subject::Workload(WorkloadKind::CronJob)),
+            "ro" => Some(Subject::Workload(WorkloadKind::Rollout)),
+            "dc" => Some(Subject::Workload(WorkloadKind::DeploymentConfig)),
+            "cm" | "configmap" | "configmaps" => Some(Subject::Resource(ResourceKind::ConfigMap)),
+            "secret" | "secrets" => Some(Subject::Resource(ResourceKind::Secret)),
+            "spc" | "secretproviderclass" | "secretproviderclasses" => {
+                Some(Subject::Resource(ResourceKind::SecretProviderClass))
+            }
+            _ => None,
+        };
+        short.or_else(|| WorkloadKind::from_type_name(&lower).map(Subject::Workload)).ok_or_else(|| {
+            format!(
+                "unknown kind {kind:?}: expected a workload (deployment, daemonset, statefulset, cronjob, job, rollout, \
+                 deploymentconfig) or a resource (configmap, secret, secretproviderclass)"
+            )
+        })
+    }
+}
+
+/// The answer for one workload or one resource.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// Whether the object was found (in the store, or in the cluster for the command).
+    pub found: bool,
+    /// Why nothing was found or nothing can reload, when the answer is that short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub serving: Serving,
+    pub strategy: String,
+    /// One per (resource, workload) pair.
+    pub pairs: Vec<Pair>,
+    /// Annotation values the rules could not use.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    fn new(kind: &str, namespace: &str, name: &str, serving: Serving, scope: &Scope) -> Report {
+        Report {
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            found: false,
+            note: None,
+            serving,
+            strategy: scope.strategy.to_string(),
+            pairs: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+}
+
+/// Would a change of `resource` reload `workload`, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Pair {
+    pub resource_kind: &'static str,
+    pub resource: String,
+    pub workload_kind: &'static str,
+    pub workload: String,
+    pub reloads: bool,
+    /// What decided, as a stable word for scripts (`typed-auto`, `excluded`, `not-referenced`...).
+    pub rule: String,
+    /// The same for people, naming the annotation or the flag.
+    pub reason: String,
+    /// How the workload uses the resource (`volume config of container app`, `env of app`);
+    /// empty when it only names it in a `.../reload` list.
+    pub uses: Vec<String>,
+    /// Where a reload is written (env var or annotation), when it reloads.
+    pub writes: Option<String>,
+    /// The hash the workload records for the resource now.
+    pub recorded_hash: Option<String>,
+    /// The resource's hash now.
+    pub current_hash: Option<String>,
+}
+
+/// Explain a workload from `store`. `absent_reason` says why a resource is missing from the
+/// store (the command knows whether the label selector left it out; the live store does not).
+pub fn workload(
+    rules: &mut Rules,
+    store: &Store,
+    scope: &Scope,
+    serving: Serving,
+    key: &WorkloadKey,
+    absent_reason: &dyn Fn(&ResourceKey) -> String,
+) -> Report {
+    let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, scope);
+    if !scope.kinds.contains(&key.kind) {
+        report.note = Some(format!("{} is not rolled by this controller ({})", key.kind.kind(), kind_off(key.kind)));
+        return report;
+    }
+    let Some(workload) = store.workload(key) else {
+        report.note = Some(match &report.serving.not_selected {
+            Some(why) => format!("namespace {} is not served: {why}", key.namespace),
+            None => format!("no {} {} in namespace {}", key.kind.kind(), key.name, key.namespace),
+        });
+        return report;
+    };
+    report.found = true;
+    let mut resources: BTreeSet<(ResourceKind, String)> = workload.template.references().cloned().collect();
+    // Resources a `.../reload` list may name: every stored one of that kind in the namespace,
+    // and each plain name the list spells out (so a missing one shows up as absent).
+    for kind in [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass] {
+        let Some(list) = explicit_list(rules.keys(), &workload, kind) else { continue };
+        for stored in store.resource_keys(kind, Some(&key.namespace)) {
+            resources.insert((kind, stored.name.to_string()));
+        }
+        for entry in list.split(',').map(str::trim).filter(|e| is_plain_name(e)) {
+            resources.insert((kind, entry.to_string()));
+        }
+    }
+    let mut problems = BTreeSet::new();
+    for (kind, name) in resources {
+        let resource = ResourceKey { kind, namespace: key.namespace.clone(), name: name.as_str().into() };
+        let pair = pair(rules, store, scope, &report.serving, &resource, &workload, absent_reason, &mut problems);
+        if concerns(rules.keys(), &workload, kind, &pair) {
+            report.pairs.push(pair);
+        }
+    }
+    report.problems = problems.into_iter().collect();
+    report
+}
+
+/// Explain a resource from `store`: every workload a change of it concerns.
+pub fn resource(
+    rules: &mut Rules,
+    store: &Store,
+    scope: &Scope,
+    serving: Serving,
+    key: &ResourceKey,
+    absent_reason: &dyn Fn(&ResourceKey) -> String,
+) -> Report {
+    let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, scope);
+    report.found = store.resource(key).is_some();
+    if !report.found {
+        report.note = Some(absent_reason(key));
+    }
+    let mut problems = BTreeSet::new();
+    for workload in store.candidates(key) {
+        let pair = pair(rules, store, scope, &report.serving, key, &workload, absent_reason, &mut problems);
+        if concerns(rules.keys(), &workload, key.kind, &pair) {
+            report.pairs.push(pair);
+        }
+    }
+    report.problems = problems.into_iter().collect();
+    report
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pair(
+    rules: &mut Rules,
+    store: &Store,
+    scope: &Scope,
+    serving: &Serving,
+    resource: &ResourceKey,
+    workload: &Workload,
+    absent_reason: &dyn Fn(&ResourceKey) -> String,
+    problems: &mut BTreeSet<Problem>,
+) -> Pair {
+    let state = store.resource(resource);
+    let mut pair = Pair {
+        resource_kind: resource.kind.kind(),
+        resource: resource.name.to_string(),
+        workload_kind: workload.key.kind.kind(),
+        workload: workload.key.name.to_string(),
+        reloads: false,
+        rule: String::new(),
+        reason: String::new(),
+        uses: uses(workload, resource.kind, &resource.name),
+        writes: None,
+        recorded_hash: None,
+        current_hash: state.as_ref().map(|s| s.hash.to_string()),
+    };
+    let outer = if let Some(why) = &serving.not_selected {
+        Some(("namespace-not-selected", format!("namespace {} is not served: {why}", resource.namespace)))
+    } else if !scope.kinds.contains(&workload.key.kind) {
+        Some((
+            "ignored-workload-type",
+            format!("{} is not rolled ({})", workload.key.kind.kind(), kind_off(workload.key.kind)),
+        ))
+    } else if !scope.resources.contains(&resource.kind) {
+        Some((
+            "ignored-resource-type",
+            format!("{}s are not watched ({})", resource.kind.kind(), resource_off(resource.kind)),
+        ))
+    } else {
+        None
+    };
+    let state: ResourceState = match (outer, state) {
+        (None, Some(state)) => state,
+        (outer, _) => {
+            let (rule, reason) = outer.unwrap_or_else(|| ("resource-absent", absent_reason(resource)));
+            pair.rule = rule.to_string();
+            pair.reason = reason;
+            return pair;
+        }
+    };
+    let decision = rules.evaluate(resource.kind, &resource.name, &state, workload);
+    problems.extend(decision.verdict.problems.iter().cloned());
+    let keys = rules.keys();
+    (pair.rule, pair.reason) = match (decision.verdict.mode, decision.container) {
+        (Some(Mode::Auto), None) => (
+            "not-referenced".to_string(),
+            format!(
+                "{}, but no container uses the {} (automatic reloads need a volume, env or envFrom reference)",
+                decision.verdict.rule.describe(keys, resource.kind),
+                resource.kind.kind()
+            ),
+        ),
+        (Some(Mode::Explicit), None) => ("no-containers".to_string(), "the pod template has no containers".to_string()),
+        (_, _) => (rule_word(decision.verdict.rule), decision.verdict.rule.describe(keys, resource.kind)),
+    };
+    if let Some(container) = decision.container {
+        pair.reloads = true;
+        pair.writes = Some(strategy::record_place(scope.strategy, workload, resource.kind, &resource.name, container));
+        pair.recorded_hash = strategy::recorded(scope.strategy, workload, resource.kind, &resource.name, container);
+    }
+    pair
+}
+
+/// Whether a pair is worth showing: the workload uses the resource, its `.../reload` list
+/// matches it, or the list spells out its name (then a miss is what the user asks about).
+/// Every other resource of a namespace is a candidate only because the list exists.
+fn concerns(keys: &Keys, workload: &Workload, kind: ResourceKind, pair: &Pair) -> bool {
+    let named = explicit_list(keys, workload, kind).is_some_and(|l| l.split(',').any(|e| e.trim() == pair.resource));
+    !pair.uses.is_empty() || pair.rule == "explicit-list" || named
+}
+
+/// The rule as one stable word (its serde name).
+fn rule_word(rule: Rule) -> String {
+    serde_json::to_value(rule).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// The `.../reload` list for `kind`, read where the rules read it.
+fn explicit_list<'a>(keys: &Keys, workload: &'a Workload, kind: ResourceKind) -> Option<&'a str> {
+    let explicit = keys.for_kind(kind).explicit;
+    workload.annotations.get(explicit).or_else(|| workload.template.annotations.get(explicit)).map(String::as_str)
+}
+
+/// A list entry that is a name, not a pattern: what a missing resource can be reported for.
+fn is_plain_name(entry: &str) -> bool {
+    !entry.is_empty() && entry.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// How the workload uses the resource, for people.
+fn uses(workload: &Workload, kind: ResourceKind, name: &str) -> Vec<String> {
+    let is = |(k, n): &(ResourceKind, String)| *k == kind && n == name;
+    let template = &workload.template;
+    let mut out = Vec::new();
+    for volume in template.volumes.iter().filter(|v| v.sources.iter().any(is)) {
+        let mounted: Vec<&str> = template
+            .containers
+            .iter()
+            .chain(&template.init_containers)
+            .filter(|c| c.volume_mounts.contains(&volume.name))
+            .map(|c| c.name.as_str())
+            .collect();
+        out.push(if mounted.is_empty() {
+            format!("volume {} (mounted by no container)", volume.name)
+        } else {
+            format!("volume {} mounted by {}", volume.name, mounted.join(", "))
+        });
+    }
+    for container in template.containers.iter().filter(|c| c.env_refs.iter().any(is)) {
+        out.push(format!("env of {}", container.name));
+    }
+    for container in template.init_containers.iter().filter(|c| c.env_refs.iter().any(is)) {
+        out.push(format!("env of init container {}", container.name));
+    }
+    out
+}
+
+fn kind_off(kind: WorkloadKind) -> &'static str {
+    match kind {
+        WorkloadKind::Rollout => {
+            "needs --is-Argo-Rollouts=true and the argoproj.io Rollout API, or --ignored-workload-types lists it"
+        }
+        WorkloadKind::DeploymentConfig => {
+            "needs --is-openshift and the apps.openshift.io API, or --ignored-workload-types lists it"
+        }
+        _ => "--ignored-workload-types lists it",
+    }
+}
+
+fn resource_off(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::SecretProviderClass => "needs --enable-csi-integration and the secrets-store.csi.x-k8s.io API",
+        _ => "--resources-to-ignore lists them",
+    }
+}
+
+/// The report as text for people.
+pub fn text(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "{} {}/{}", report.kind, report.namespace, report.name);
+    let serving = &report.serving;
+    match &serving.not_selected {
+        Some(why) => {
+            let _ = writeln!(out, "  namespace: not served ({why})");
+        }
+        None => {
+            let _ = writeln!(out, "  namespace: selected");
+        }
+    }
+    if let Some(shard) = serving.shard {
+        let _ = writeln!(
+            out,
+            "  shard: {shard}, served by {}",
+            serving.replica.as_deref().unwrap_or("no replica (no Lease holder)")
+        );
+    }
+    if let Some(note) = &report.note {
+        let _ = writeln!(out, "  {note}");
+    }
+    if report.found && report.pairs.is_empty() {
+        let _ = writeln!(out, "  nothing to reload: no ConfigMap, Secret or SecretProviderClass is used or named");
+    }
+    let by_resource = report.kind == "ConfigMap" || report.kind == "Secret" || report.kind == "SecretProviderClass";
+    let mut groups: BTreeMap<bool, Vec<&Pair>> = BTreeMap::new();
+    for pair in &report.pairs {
+        groups.entry(!pair.reloads).or_default().push(pair);
+    }
+    for (not, pairs) in groups {
+        let _ = writeln!(out, "  {}:", if not { "would NOT reload" } else { "would reload" });
+        for pair in pairs {
+            let other = if by_resource {
+                format!("{} {}", pair.workload_kind, pair.workload)
+            } else {
+                format!("{} {}", pair.resource_kind, pair.resource)
+            };
+            let _ = writeln!(out, "    {other}  [{}] {}", pair.rule, pair.reason);
+            if !pair.uses.is_empty() {
+                let _ = writeln!(out, "      uses: {}", pair.uses.join("; "));
+            }
+            if let Some(writes) = &pair.writes {
+                let recorded = pair.recorded_hash.as_deref().unwrap_or("nothing yet");
+                let now = pair.current_hash.as_deref().unwrap_or("-");
+                let _ = writeln!(out, "      writes {writes}; records {recorded}; current hash {now}");
+            }
+        }
+    }
+    for problem in &report.problems {
+        let _ = writeln!(out, "  unusable annotation {}={:?}: {}", problem.annotation, problem.value, problem.reason);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::{Container, DataHash, PodTemplate, Volume};
+
+    fn scope() -> Scope {
+        Scope {
+            strategy: Strategy::EnvVars,
+            kinds: vec![WorkloadKind::Deployment],
+            resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret],
+        }
+    }
+
+    fn state(ignored: bool) -> ResourceState {
+        ResourceState { hash: DataHash::of_bytes(b"v1"), ignored, search_match: false }
+    }
+
+    /// `web` mounts ConfigMap `config`, takes Secret `db` through envFrom, and names ConfigMap
+    /// `missing` in its reload list; `db` is ignored.
+    fn store() -> Store {
+        let (store, writer) = Store::new(Keys::default().explicit_keys());
+        for (kind, name, ignored) in [(ResourceKind::ConfigMap, "config", false), (ResourceKind::Secret, "db", true)] {
+            writer.apply_resource(ResourceKey { kind, namespace: "ns".into(), name: name.into() }, state(ignored));
+        }
+        let app = Container {
+            name: "app".into(),
+            volume_mounts: vec!["conf".into()],
+            env_refs: vec![(ResourceKind::Secret, "db".into())],
+            recorded: vec![("STAKATER_CONFIG_CONFIGMAP".into(), "old".into())],
+        };
+        writer.apply_workload(Workload {
+            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
+            uid: "u".into(),
+            resource_version: "1".into(),
+            annotations: [
+                ("reloader.stakater.com/auto".to_string(), "true".to_string()),
+                ("configmap.reloader.stakater.com/reload".to_string(), "missing".to_string()),
+            ]
+            .into(),
+            template: PodTemplate {
+                containers: vec![app],
+                volumes: vec![Volume {
+                    name: "conf".into(),
+                    sources: vec![(ResourceKind::ConfigMap, "config".into())],
+                }],
+                ..Default::default()
+            },
+            paused: false,
+            raw: None,
+        });
+        store
+    }
+
+    fn absent(key: &ResourceKey) -> String {
+        format!("no {} {}", key.kind.kind(), key.name)
+    }
+
+    #[test]
+    fn a_workload_lists_each_resource_with_the_rule_that_decides() {
+        let mut rules = Rules::new(Keys::default(), Default::default());
+        let key = WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() };
+        let report = workload(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        let find = |name: &str| report.pairs.iter().find(|p| p.resource == name).expect("pair listed").clone();
+        let config = find("config");
+        assert!(config.reloads);
+        assert_eq!(config.rule, "auto");
+        assert_eq!(config.writes.as_deref(), Some("env var STAKATER_CONFIG_CONFIGMAP on container app"));
+        assert_eq!(config.recorded_hash.as_deref(), Some("old"));
+        assert_eq!(config.uses, vec!["volume conf mounted by app"]);
+        let db = find("db");
+        assert_eq!((db.reloads, db.rule.as_str()), (false, "resource-ignored"));
+        let missing = find("missing");
+        assert_eq!(
+            (missing.reloads, missing.rule.as_str(), missing.reason.as_str()),
+            (false, "resource-absent", "no ConfigMap missing")
+        );
+        let text = text(&report);
+        assert!(text.contains("would reload:\n    ConfigMap config  [auto]"), "{text}");
+        assert!(text.contains("would NOT reload:"), "{text}");
+    }
+
+    #[test]
+    fn a_resource_lists_the_workloads_a_change_concerns_and_outer_rules_come_first() {
+        let mut rules = Rules::new(Keys::default(), Default::default());
+        let key = ResourceKey { kind: ResourceKind::ConfigMap, namespace: "ns".into(), name: "config".into() };
+        let report = resource(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        assert_eq!(report.pairs.len(), 1);
+        assert!(report.pairs[0].reloads);
+        let off = Serving { not_selected: Some("in --namespaces-to-ignore".into()), ..Default::default() };
+        let report = resource(&mut rules, &store(), &scope(), off, &key, &absent);
+        assert_eq!(report.pairs[0].rule, "namespace-not-selected");
+        let mut only_secrets = scope();
+        only_secrets.resources = vec![ResourceKind::Secret];
+        let report = resource(&mut rules, &store(), &only_secrets, Serving::default(), &key, &absent);
+        assert_eq!(report.pairs[0].rule, "ignored-resource-type");
+        let key = WorkloadKey { kind: WorkloadKind::CronJob, namespace: "ns".into(), name: "web".into() };
+        let report = workload(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        assert!(!report.found);
+        assert!(report.note.as_deref().is_some_and(|n| n.contains("--ignored-workload-types")), "{report:?}");
+    }
+
+    #[test]
+    fn kinds_are_taken_as_kubectl_spells_them() {
+        assert_eq!(Subject::parse("deploy"), Ok(Subject::Workload(WorkloadKind::Deployment)));
+        assert_eq!(Subject::parse("Deployments"), Ok(Subject::Workload(WorkloadKind::Deployment)));
+        assert_eq!(Subject::parse("cm"), Ok(Subject::Resource(ResourceKind::ConfigMap)));
+        assert_eq!(Subject::parse("spc"), Ok(Subject::Resource(ResourceKind::SecretProviderClass)));
+        assert!(Subject::parse("pod").is_err_and(|e| e.contains("unknown kind")));
+    }
+}
