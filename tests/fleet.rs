@@ -106,6 +106,21 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let members: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("MEMBER")).skip(1).collect();
         assert_eq!(members.len(), 3, "a line per member: {table}");
         assert!(members.iter().all(|l| l.ends_with("shards=16,vnodes=512,hashring-xxh3-64-v1")), "{table}");
+
+        // explain names the shard and the replica serving a namespace, as the Leases say.
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
+            .args(["explain", "deployment/web", "-n", &namespaces[0], "-o", "json"])
+            .args([format!("--namespace-selector={label}"), format!("--leader-election-namespace={home}")])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output()
+            .await
+            .expect("run reloader explain");
+        assert!(output.status.success(), "explain failed: {}", String::from_utf8_lossy(&output.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("explain prints JSON");
+        let shard = reloader_fleet::shard::Ring::new(16).expect("ring").shard_of(&namespaces[0]);
+        assert_eq!(report["serving"]["shard"], shard);
+        assert_eq!(report["serving"]["replica"], held_by[shard as usize][0].as_str(), "{report:#}");
+        assert_eq!(report["pairs"][0]["reloads"], true, "{report:#}");
         wait_for("every test namespace owned by exactly one replica", || async {
             let mut owned = 0.0;
             for c in [&a, &b, &c] {
