@@ -197,6 +197,12 @@ pub struct Args {
     #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint", global = true)]
     pub checkpoint_name: String,
 
+    /// Check Reloader annotations when objects are stored and report each mistake (a misspelt
+    /// key, `match` on a workload, a reload list naming a missing ConfigMap...) once as a
+    /// Warning Event on the object; `false` turns it off.
+    #[arg(long, env = "ANNOTATION_LINT", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true", global = true)]
+    pub annotation_lint: bool,
+
     /// Number of shards namespaces are spread over; each is held through its own Lease.
     /// Every replica of a fleet must use the same value. (`fleet status` reads it from the
     /// Leases and needs it only when they record none.)
@@ -312,11 +318,8 @@ fn file_args(path: &str) -> anyhow::Result<Vec<String>> {
 
 /// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
 fn go_bool(value: &str) -> Result<bool, String> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!("{other:?} is not a boolean (expected true or false)")),
-    }
+    reloader_fleet::reload::parse_go_bool(value)
+        .ok_or_else(|| format!("{value:?} is not a boolean (expected true or false)"))
 }
 
 fn parse_strategy(value: &str) -> Result<Strategy, String> {

@@ -19,6 +19,9 @@ use tracing::{Instrument, info, info_span, warn};
 
 /// How many changes may wait between the watches and the engine.
 const CHANGE_QUEUE: usize = 1024;
+/// Stored objects waiting for the annotation lint; beyond it a message is dropped (the lint
+/// never holds up the watches).
+const LINT_QUEUE: usize = 16 * 1024;
 /// How long shutdown waits for the engine to save its checkpoint.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -79,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
         alert_additional_info: _,
         alert_structured: _,
         checkpoint_name,
+        annotation_lint,
         shards,
         command,
         sources: _,
@@ -134,22 +138,25 @@ async fn main() -> anyhow::Result<()> {
             served
         };
     info!(kinds = ?workload_kinds, csi, "watching these workload kinds");
+    // Resource kinds watched: what explain and the lint count as able to exist.
+    let watched_resources: Vec<watch::ResourceKind> = [
+        (settings.watch_configmaps, watch::ResourceKind::ConfigMap),
+        (settings.watch_secrets, watch::ResourceKind::Secret),
+        (csi, watch::ResourceKind::SecretProviderClass),
+    ]
+    .into_iter()
+    .filter_map(|(on, kind)| on.then_some(kind))
+    .collect();
     let explain_scope = reload::explain::Scope {
         strategy: reload_strategy,
         kinds: workload_kinds.clone(),
-        resources: [
-            (settings.watch_configmaps, watch::ResourceKind::ConfigMap),
-            (settings.watch_secrets, watch::ResourceKind::Secret),
-            (csi, watch::ResourceKind::SecretProviderClass),
-        ]
-        .into_iter()
-        .filter_map(|(on, kind)| on.then_some(kind))
-        .collect(),
+        resources: watched_resources.clone(),
     };
 
     let keys = settings.keys.clone();
     let compactor =
         watch::Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), auto_reload_all);
+    let compactor = if annotation_lint { compactor.keeping_lookalikes() } else { compactor };
     if let Some(cli::Command::Explain { target, namespace, output }) = &command {
         let request = explain::Request {
             target,
@@ -296,13 +303,30 @@ async fn main() -> anyhow::Result<()> {
         }
     });
     let mut admin_task = tokio::spawn(admin::serve(metrics_addr, Some(health_addr), state.clone(), shutdown.clone()));
+    let lint_tx = if annotation_lint {
+        let (lint_tx, stored) = mpsc::channel(LINT_QUEUE);
+        let inputs = reload::lint::Inputs {
+            store: store.clone(),
+            stored,
+            synced: synced_rx.clone(),
+            watched: watched_resources,
+        };
+        let metrics = reload::lint::Metrics::register(&state.registry).context("registering lint metrics")?;
+        let reporter = Reporter { controller: "reloader".to_string(), instance: pod_name.clone() };
+        let lint =
+            reload::lint::run(client.clone(), reporter, settings.keys.clone(), inputs, metrics, shutdown.clone());
+        tokio::spawn(lint.instrument(info_span!("lint")));
+        Some(lint_tx)
+    } else {
+        None
+    };
     let mut watch_task = tokio::spawn(
         watch::run(
             client.clone(),
             watch_config,
             writer,
             watch_metrics,
-            watch::Links { owned: owned_rx.clone(), changes: changes_tx, synced: synced_tx },
+            watch::Links { owned: owned_rx.clone(), changes: changes_tx, synced: synced_tx, lint: lint_tx },
             shutdown.clone(),
         )
         .instrument(info_span!("watch")),

@@ -57,7 +57,7 @@ fn v1_text(ns: &str, workload: &str) -> String {
 #[tokio::test]
 async fn one_change_of_two_workloads_sends_two_alerts_in_reloaders_shape_per_sink() {
     with_temp_ns("alerts-v1", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         two_workloads(&ctx).await;
         for (i, sink) in ["slack", "teams", "gchat", "webhook"].into_iter().enumerate() {
             let receiver = Receiver::start().await;
@@ -126,7 +126,7 @@ async fn one_change_of_two_workloads_sends_two_alerts_in_reloaders_shape_per_sin
 #[tokio::test]
 async fn alert_structured_sends_reloader_v2s_payloads() {
     with_temp_ns("alerts-v2", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         two_workloads(&ctx).await;
         for (i, sink) in ["slack", "teams", "gchat", "raw"].into_iter().enumerate() {
             let receiver = Receiver::start().await;
@@ -195,7 +195,7 @@ async fn alert_structured_sends_reloader_v2s_payloads() {
 #[tokio::test]
 async fn a_failing_receiver_is_retried_a_dead_one_slows_nothing_and_a_proxy_is_used() {
     with_temp_ns("alerts-faults", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "0")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
@@ -258,7 +258,7 @@ async fn a_failing_receiver_is_retried_a_dead_one_slows_nothing_and_a_proxy_is_u
 #[tokio::test]
 async fn webhook_only_mode_writes_no_workload_and_delivers_a_change_made_during_an_outage_once() {
     with_temp_ns("webhook-mode", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         two_workloads(&ctx).await;
         Workload::new(Kind::Deployment, "other").auto().env_from_configmap("unrelated").create(c, ns).await;
@@ -344,7 +344,7 @@ async fn a_fleet_alerts_each_reload_once_across_a_sigterm() {
                 patch_configmap(&client, ns, "cm", json!({ "data": { "k": round } })).await;
             }
             for ns in &namespaces {
-                let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+                let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
                 ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", round)])).await;
             }
         }
@@ -368,7 +368,7 @@ async fn a_fleet_alerts_each_reload_once_across_a_sigterm() {
 #[tokio::test]
 async fn go_tool_pprof_reads_a_profile_fetched_from_a_running_controller() {
     with_temp_ns("pprof", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let port = support::controller::free_port();
         let addr = format!("--pprof-addr=127.0.0.1:{port}");
         let controller = start(&ctx, "pprof", &["--enable-pprof", addr.as_str()], &[]).await;

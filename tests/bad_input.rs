@@ -23,6 +23,7 @@ use support::wait_for;
 #[tokio::test]
 async fn a_bad_annotation_is_an_event_on_its_workload_and_others_keep_reloading() {
     scenario("bad-annotation", Strategy::EnvVars, &[], |ctx, controller| async move {
+        ctx.expect_lint_findings();
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "bad-regex")

@@ -161,7 +161,7 @@ async fn kills_and_restarts_lose_no_update_and_roll_nothing_twice() {
 
         // Every workload ends up recording the current content of both resources.
         for ns in &namespaces {
-            let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+            let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
             let cm_value = values.get(&(ns.clone(), false)).copied().unwrap_or(0).to_string();
             let sec_value = values.get(&(ns.clone(), true)).copied().unwrap_or(0).to_string();
             if cm_value != "0" {

@@ -218,6 +218,8 @@ fn sharding_values_render_the_fleet() {
     assert_eq!(pdb["spec"]["maxUnavailable"], 1, "a fleet keeps all replicas but one");
     let err = try_render("reloader: {sharding: {shards: 4}}").expect_err("shards without HA");
     assert!(err.contains("reloader.sharding.shards needs reloader.enableHA: true"), "{err}");
+    let docs = render("reloader: {annotationLint: false}");
+    assert_eq!(args(&docs), vec!["--log-level=info", "--annotation-lint=false"], "the lint is on unless turned off");
 }
 
 #[test]
@@ -377,7 +379,7 @@ async fn install_and_reload(name: &str, values: &str) {
         let controller = start_as_pod_of(&rendered, &ns, &kubeconfig, &[]).await;
         wait_stored(&controller, 1).await;
         patch_configmap(&client, &ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
         ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
         assert_eq!(controller.metric("reloader_watch_errors_total").await, 0.0, "no call refused by the RBAC");
         controller.stop().await;

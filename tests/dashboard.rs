@@ -94,7 +94,7 @@ async fn every_dashboard_query_returns_series_from_a_scraped_fleet() {
             patch_configmap(&client, ns, "cm", json!({ "data": { "k": "2" } })).await;
         }
         for ns in &namespaces {
-            let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+            let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
             ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
         }
 

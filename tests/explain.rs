@@ -60,6 +60,8 @@ fn decided(report: &Value) -> Value {
 
 /// A namespace holding one workload per rule outcome, all using ConfigMap `app` or the others.
 async fn objects(ctx: &Ctx) {
+    // `listed` names a ConfigMap that does not exist.
+    ctx.expect_lint_findings();
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
     create_configmap(c, ns, "app", &[("k", "1")]).await;
     create_configmap(c, ns, "matched", &[("k", "1")]).await;

@@ -40,7 +40,7 @@ async fn update_all(client: &kube::Client, namespaces: &[String], value: &str) -
     }
     let hash = cm_hash(&[("k", value)]);
     for ns in namespaces {
-        Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars }
+        Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars)
             .wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash)
             .await;
     }
@@ -145,7 +145,7 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         }
         let hash = cm_hash(&[("k", "3")]);
         for ns in &namespaces {
-            Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars }
+            Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars)
                 .wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash)
                 .await;
         }
@@ -185,7 +185,7 @@ async fn cronjobs_and_jobs_are_served_once_per_change_across_a_sigterm() {
         let b = start(&home, &format!("{home}-b"), &label).await;
         wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
         let mut b = Some(b);
-        let ctx = |ns: &String| Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = |ns: &String| Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
         let jobs_of = |ns: String| {
             let client = client.clone();
             async move {

@@ -117,7 +117,7 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
 /// that no replica had a watch refused, then stop the replicas.
 async fn reloads_without_forbidden_calls(client: &Client, ns: &str, replicas: Vec<Controller>) {
     patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
-    let ctx = Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+    let ctx = Ctx::new(client.clone(), ns.to_string(), Strategy::EnvVars);
     ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
     for c in &replicas {
         assert_eq!(c.metric("reloader_watch_errors_total").await, 0.0, "no watch may be forbidden by the RBAC");
@@ -182,7 +182,7 @@ async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &S
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
-        let ctx = Ctx { client: client.clone(), ns: ns.to_string(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client.clone(), ns.to_string(), Strategy::EnvVars);
         let hash = cm_hash(&[("k", "2")]);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {

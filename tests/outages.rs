@@ -69,7 +69,7 @@ async fn compact_etcd() -> i64 {
 #[tokio::test]
 async fn api_server_and_etcd_outages_lose_no_change_and_roll_nothing_twice() {
     with_temp_ns("outages", |client, ns| async move {
-        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "0")]).await;
         for name in WORKLOADS {

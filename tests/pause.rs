@@ -25,7 +25,7 @@ async fn paused(ctx: &Ctx, name: &str) -> (bool, bool) {
 #[tokio::test]
 async fn a_reload_pauses_for_the_period_and_resumes_even_after_a_restart() {
     with_temp_ns("pause", |client, ns| async move {
-        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "paused")
             .auto()

@@ -14,7 +14,7 @@ use support::{wait_for, with_temp_ns};
 #[tokio::test]
 async fn a_change_made_while_the_api_server_was_unreachable_is_acted_on_after_reconnecting() {
     with_temp_ns("reconnect", |client, ns| async move {
-        let ctx = Ctx { client: client.clone(), ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
         create_configmap(&client, &ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, &ns).await;
 

@@ -23,7 +23,7 @@ const CHECKPOINT: &str = "reloader-fleet-checkpoint";
 #[tokio::test]
 async fn no_secret_value_reaches_a_log_line_or_an_event_even_at_trace_level() {
     with_temp_ns("no-secrets-in-logs", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         let values = ["hunter2-Wq8zLmP3-first", "hunter2-Wq8zLmP3-second", "hunter2-Wq8zLmP3-third"];
         create_secret(c, ns, "db", &[("password", values[0])]).await;
@@ -68,7 +68,7 @@ async fn no_secret_value_reaches_a_log_line_or_an_event_even_at_trace_level() {
 async fn a_garbage_checkpoint_or_a_newer_versions_record_is_a_warning_not_a_mass_rollout() {
     for strategy in [Strategy::EnvVars, Strategy::Annotations] {
         with_temp_ns("corrupt-state", |client, ns| async move {
-            let ctx = Ctx { client, ns, strategy };
+            let ctx = Ctx::new(client, ns, strategy);
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "cm", &[("k", "1")]).await;
             // Never changed, so recorded by no workload: a checkpoint read as "knows nothing"
@@ -133,7 +133,7 @@ async fn a_garbage_checkpoint_or_a_newer_versions_record_is_a_warning_not_a_mass
 #[tokio::test]
 async fn another_writer_changing_the_same_workloads_loses_no_record_and_rolls_nothing_twice() {
     with_temp_ns("another-writer", |client, ns| async move {
-        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "0")]).await;
         let names: Vec<String> = (0..5).map(|i| format!("web-{i}")).collect();
@@ -188,7 +188,7 @@ async fn another_writer_changing_the_same_workloads_loses_no_record_and_rolls_no
 async fn with_300_ms_added_to_every_exchange_every_change_is_handled_once() {
     use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
     with_temp_ns("slow-api", |client, ns| async move {
-        let ctx = Ctx { client, ns: ns.clone(), strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "0")]).await;
         let names: Vec<String> = (0..4).map(|i| format!("web-{i}")).collect();

@@ -153,7 +153,7 @@ async fn reload_on_delete_removes_the_env_var_or_records_the_delete_marker() {
 #[tokio::test]
 async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_changes() {
     with_temp_ns("ns-selector", |client, home| async move {
-        let ctx = Ctx { client: client.clone(), ns: home.clone(), strategy: Strategy::Annotations };
+        let ctx = Ctx::new(client.clone(), home.clone(), Strategy::Annotations);
         let selected = format!("{home}-sel");
         let ignored = format!("{home}-ign");
         let unlabelled = format!("{home}-unl");
@@ -176,7 +176,7 @@ async fn namespace_selector_and_ignore_list_pick_namespaces_and_follow_label_cha
         for ns in [&ignored, &unlabelled, &selected] {
             patch_configmap(&client, ns, "cm", json!({ "data": { "k": "2" } })).await;
         }
-        let in_ns = |ns: &str| Ctx { client: client.clone(), ns: ns.to_string(), strategy: ctx.strategy };
+        let in_ns = |ns: &str| Ctx::new(client.clone(), ns.to_string(), ctx.strategy);
         in_ns(&selected).wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
         in_ns(&ignored).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;
         in_ns(&unlabelled).assert_not_reloaded(Kind::Deployment, "web", Cm, "cm", &hash).await;

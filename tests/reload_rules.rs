@@ -62,6 +62,9 @@ async fn annotation_rules_decide_who_reloads_on_one_change() {
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "app-config", &[("v", "1")]).await;
             annotate_configmap(c, ns, "app-config", "reloader.stakater.com/match", "true").await;
+            // What the lists name exists (a list naming nothing would be a lint finding).
+            create_configmap(c, ns, "other", &[("v", "1")]).await;
+            create_secret(c, ns, "app-config", &[("v", "1")]).await;
             let uses = |w: Workload| w.env_from_configmap("app-config");
             let d = |name: &str| Workload::new(Kind::Deployment, name);
             let workloads = [

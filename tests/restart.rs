@@ -31,7 +31,7 @@ async fn start(ctx: &Ctx, name: &str) -> Controller {
 async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
     for strategy in [Strategy::EnvVars, Strategy::Annotations] {
         with_temp_ns("replay", |client, ns| async move {
-            let ctx = Ctx { client, ns, strategy };
+            let ctx = Ctx::new(client, ns, strategy);
             let (c, ns) = (&ctx.client, ctx.ns.as_str());
             create_configmap(c, ns, "cm", &[("k", "1")]).await;
             create_configmap(c, ns, "other", &[("k", "1")]).await;
@@ -84,7 +84,7 @@ async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
 #[tokio::test]
 async fn a_change_made_while_stopped_or_crashed_rolls_exactly_once() {
     with_temp_ns("while-down", |client, ns| async move {
-        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
@@ -116,7 +116,7 @@ async fn a_change_made_while_stopped_or_crashed_rolls_exactly_once() {
 #[tokio::test]
 async fn a_first_start_takes_the_current_state_as_baseline() {
     with_temp_ns("baseline", |client, ns| async move {
-        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
@@ -134,7 +134,7 @@ async fn a_first_start_takes_the_current_state_as_baseline() {
 async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_baselines() {
     use support::controller::start_fleet_replica_with;
     with_temp_ns("killed-at-take-up", |client, ns| async move {
-        let ctx = Ctx { client, ns, strategy: Strategy::EnvVars };
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tokio::sync::{Semaphore, mpsc, watch};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
@@ -24,6 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
+use crate::reload::events::Events;
 use crate::reload::strategy::{self, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
@@ -42,8 +43,6 @@ const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Reported bad annotations remembered at most (then reported again once).
 const REPORTED_LIMIT: usize = 10_000;
-/// Events sent at once; more wait their turn in the background.
-const EVENT_POSTS: usize = 8;
 /// How often paused Deployments are checked for the end of their pause period.
 const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
@@ -144,8 +143,7 @@ pub async fn run(
         config,
         store,
         metrics,
-        recorder,
-        event_permits: Arc::new(Semaphore::new(EVENT_POSTS)),
+        events: Events::new(recorder),
         acted: HashMap::new(),
         overlay: HashMap::new(),
         reported: HashSet::new(),
@@ -221,8 +219,7 @@ struct Engine {
     config: Config,
     store: Store,
     metrics: Metrics,
-    recorder: Recorder,
-    event_permits: Arc<Semaphore>,
+    events: Events,
     /// The hash last acted on (or taken as baseline) per resource: the checkpoint's content.
     acted: HashMap<ResourceKey, ShortHash>,
     /// Workloads as our own writes left them, until the watch catches up.
@@ -569,34 +566,21 @@ impl Engine {
         }
     }
 
-    /// Publish an Event in the background: the next change does not wait for it, and at most
-    /// `EVENT_POSTS` are sent at once (Events are best effort, as in Reloader).
+    /// Publish an Event on the workload in the background: the next change does not wait for it.
     fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some(workload.key.kind.api_version()),
-            kind: Some(workload.key.kind.kind().to_string()),
-            name: Some(workload.key.name.to_string()),
-            namespace: Some(workload.key.namespace.to_string()),
-            uid: Some(workload.uid.clone()),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            // The Event API caps notes at 1 kB.
-            note: Some(note.chars().take(1000).collect()),
-            action: "Reload".to_string(),
-            secondary: None,
-        };
-        let (recorder, permits, key) = (self.recorder.clone(), self.event_permits.clone(), workload.key.clone());
-        tokio::spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else { return };
-            match tokio::time::timeout(API_TIMEOUT, recorder.publish(&event, &reference)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => debug!(workload = %key, error = %err, "publishing an Event failed"),
-                Err(_) => debug!(workload = %key, "publishing an Event timed out"),
-            }
-        });
+        self.events.post(workload_reference(workload), type_, reason, "Reload", note);
+    }
+}
+
+/// The object reference of an Event on a workload.
+pub(crate) fn workload_reference(workload: &Workload) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(workload.key.kind.api_version()),
+        kind: Some(workload.key.kind.kind().to_string()),
+        name: Some(workload.key.name.to_string()),
+        namespace: Some(workload.key.namespace.to_string()),
+        uid: Some(workload.uid.clone()),
+        ..ObjectReference::default()
     }
 }
 

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::reload::lint::{self, Finding};
 use crate::reload::strategy::{self, Strategy};
 use crate::reload::{Keys, Mode, Problem, Rule, Rules};
 use crate::watch::{ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
@@ -90,6 +91,8 @@ pub struct Report {
     pub pairs: Vec<Pair>,
     /// Annotation values the rules could not use.
     pub problems: Vec<Problem>,
+    /// The annotation lint's findings on the workload (misspelt keys, `match` on a workload...).
+    pub findings: Vec<Finding>,
 }
 
 impl Report {
@@ -104,6 +107,7 @@ impl Report {
             strategy: scope.strategy.to_string(),
             pairs: Vec::new(),
             problems: Vec::new(),
+            findings: Vec::new(),
         }
     }
 }
@@ -154,6 +158,7 @@ pub fn workload(
         return report;
     };
     report.found = true;
+    report.findings = lint::workload(rules.keys(), &workload);
     let mut resources: BTreeSet<(ResourceKind, String)> = workload.template.references().cloned().collect();
     // Resources a `.../reload` list may name: every stored one of that kind in the namespace,
     // and each plain name the list spells out (so a missing one shows up as absent).
@@ -162,7 +167,7 @@ pub fn workload(
         for stored in store.resource_keys(kind, Some(&key.namespace)) {
             resources.insert((kind, stored.name.to_string()));
         }
-        for entry in list.split(',').map(str::trim).filter(|e| is_plain_name(e)) {
+        for entry in crate::reload::named_entries(list) {
             resources.insert((kind, entry.to_string()));
         }
     }
@@ -294,11 +299,6 @@ fn explicit_list<'a>(keys: &Keys, workload: &'a Workload, kind: ResourceKind) ->
     workload.annotations.get(explicit).or_else(|| workload.template.annotations.get(explicit)).map(String::as_str)
 }
 
-/// A list entry that is a name, not a pattern: what a missing resource can be reported for.
-fn is_plain_name(entry: &str) -> bool {
-    !entry.is_empty() && entry.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
 /// How the workload uses the resource, for people.
 fn uses(workload: &Workload, kind: ResourceKind, name: &str) -> Vec<String> {
     let is = |(k, n): &(ResourceKind, String)| *k == kind && n == name;
@@ -399,6 +399,9 @@ pub fn text(report: &Report) -> String {
     }
     for problem in &report.problems {
         let _ = writeln!(out, "  unusable annotation {}={:?}: {}", problem.annotation, problem.value, problem.reason);
+    }
+    for finding in &report.findings {
+        let _ = writeln!(out, "  annotation mistake [{}]: {}", finding.code, finding.message);
     }
     out
 }

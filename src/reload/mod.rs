@@ -7,8 +7,10 @@ mod alert;
 mod checkpoint;
 mod engine;
 mod env_var;
+mod events;
 pub mod explain;
 mod keys;
+pub mod lint;
 mod metrics;
 mod pause;
 mod rules;
@@ -22,6 +24,9 @@ pub use env_var::env_var_name;
 pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
 pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
 pub use pause::{merge_patch, parse_go_duration, pause_patch, resume_patch};
-pub use rules::{Decision, Mode, Options, Problem, Rule, Rules, Verdict, target_container};
+pub use rules::{
+    Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,
+    target_container,
+};
 pub use strategy::{ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan};
 pub use webhook::Webhook;

@@ -271,12 +271,7 @@ fn explicit_list_matches(
         if patterns.len() >= PATTERN_CACHE_LIMIT && !patterns.contains_key(entry) {
             patterns.clear();
         }
-        let compiled = patterns.entry(entry.to_string()).or_insert_with(|| {
-            regex::RegexBuilder::new(&format!("^{entry}$"))
-                .size_limit(PATTERN_SIZE_LIMIT)
-                .build()
-                .map_err(|err| err.to_string())
-        });
+        let compiled = patterns.entry(entry.to_string()).or_insert_with(|| compile_entry(entry));
         match compiled {
             Ok(re) if re.is_match(name) => return true,
             Ok(_) => {}
@@ -293,18 +288,44 @@ fn explicit_list_matches(
 /// Go's `strconv.ParseBool`, which Reloader v1 uses for `auto` values. Empty means absent;
 /// anything else unparseable is reported and counts as false.
 fn parse_bool(annotation: &str, value: &str, problems: &mut Vec<Problem>) -> bool {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
-        "" | "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
-        other => {
+    match parse_go_bool(value) {
+        Some(b) => b,
+        None if value.is_empty() => false,
+        None => {
             problems.push(Problem {
                 annotation: annotation.to_string(),
-                value: other.to_string(),
+                value: value.to_string(),
                 reason: "not a boolean (expected true or false)".to_string(),
             });
             false
         }
     }
+}
+
+/// One `.../reload` list entry as Reloader builds it: `^entry$`, not grouped.
+pub fn compile_entry(entry: &str) -> Result<Regex, String> {
+    regex::RegexBuilder::new(&format!("^{entry}$"))
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|err| err.to_string())
+}
+
+/// Go's `strconv.ParseBool`.
+pub fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// The entries of a `.../reload` list that name one resource rather than a pattern: what must
+/// exist for the list to mean anything. A dot is a regex wildcard, but in an entry it is
+/// nearly always meant as the dot of a name.
+pub fn named_entries(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|entry| {
+        !entry.is_empty() && entry.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+    })
 }
 
 /// The one container that records a reload for the resource, by Reloader v1's rules:

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub streams: IntGauge,
     /// `reloader_watch_streams_started_total`: watches started, each with a full list.
     pub streams_started: IntCounter,
+    /// `reloader_annotation_lint_queued_total{result="sent"|"dropped"}`: stored objects passed
+    /// to the annotation lint, or dropped because its queue was full.
+    pub lint_queued: IntCounterVec,
 }
 
 impl Metrics {
@@ -43,12 +46,25 @@ impl Metrics {
             IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server")?;
         let streams_started =
             IntCounter::new("reloader_watch_streams_started_total", "Watches started, each with a full list")?;
+        let lint_queued = IntCounterVec::new(
+            Opts::new("reloader_annotation_lint_queued_total", "Stored objects passed to the annotation lint"),
+            &["result"],
+        )?;
+        registry.register(Box::new(lint_queued.clone()))?;
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
         registry.register(Box::new(store_objects.clone()))?;
         registry.register(Box::new(namespaces_owned.clone()))?;
         registry.register(Box::new(streams.clone()))?;
         registry.register(Box::new(streams_started.clone()))?;
-        Ok(Metrics { events_received, watch_errors, store_objects, namespaces_owned, streams, streams_started })
+        Ok(Metrics {
+            events_received,
+            watch_errors,
+            store_objects,
+            namespaces_owned,
+            streams,
+            streams_started,
+            lint_queued,
+        })
     }
 }

@@ -16,11 +16,12 @@ pub use hash::DataHash;
 pub use kind::{KindSpec, WorkloadKind, WriteMethod};
 pub use metrics::Metrics;
 pub use object::{
-    Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
+    Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Stored, Volume, Workload,
+    WorkloadKey,
 };
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run};
 pub use wire::{
     Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret,
-    SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload,
+    SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload, looks_like_reloader,
 };

@@ -102,6 +102,17 @@ pub enum Cause {
     Listed,
 }
 
+/// An object the watches stored that carries an annotation that looks like Reloader's: what
+/// the annotation lint checks. Sent only for owned namespaces, and for a workload only when
+/// its annotations differ from the version stored before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// The lint reads the workload from the store (the version current when it looks).
+    Workload(WorkloadKey),
+    /// Resources keep no annotations in the store: they travel with the message.
+    Resource { key: ResourceKey, uid: String, annotations: BTreeMap<String, String> },
+}
+
 /// What the engine knows of a ConfigMap, Secret or SecretProviderClass: its hash and the two
 /// annotations Reloader reads on it.
 #[derive(Clone, Debug, PartialEq, Eq)]

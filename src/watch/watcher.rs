@@ -33,7 +33,10 @@ use crate::watch::wire::{
     Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret, SlimSecretProviderClass,
     SlimSpcPodStatus, SlimStatefulSet, SlimWorkload,
 };
-use crate::watch::{Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKind, Writer};
+use crate::watch::{
+    Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Stored, Workload, WorkloadKind, Writer,
+    looks_like_reloader,
+};
 
 mod csi_events;
 mod unselected;
@@ -74,6 +77,9 @@ pub struct Links {
     /// The shards the store is complete for: `None` before the first full list, then the owned
     /// shards once every watch has listed them. The watch task is the only sender.
     pub synced: watch::Sender<Option<BTreeSet<u32>>>,
+    /// Objects for the annotation lint (`None`: lint off). Never waited on: a full queue
+    /// drops the message.
+    pub lint: Option<mpsc::Sender<Stored>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,13 +155,14 @@ pub async fn run(
     links: Links,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let Links { mut owned, changes, synced } = links;
+    let Links { mut owned, changes, synced, lint } = links;
     let mut task = WatchTask {
         compactor: config.compactor.clone(),
         config,
         writer,
         metrics,
         changes,
+        lint,
         namespace_labels: HashMap::new(),
         selected: HashSet::new(),
         streams: HashMap::new(),
@@ -231,6 +238,7 @@ struct WatchTask {
     writer: Writer,
     metrics: Metrics,
     changes: mpsc::Sender<Change>,
+    lint: Option<mpsc::Sender<Stored>>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     selected: HashSet<String>,
     /// Running streams by id; an item of an id not here is from a stopped stream.
@@ -569,6 +577,7 @@ impl WatchTask {
                     return Ok(());
                 }
                 self.stream(stream).saw(&key.namespace, &key.name);
+                self.lint_resource(&key, obj.meta());
                 let previous = self.writer.store().resource(&key).map(|p| p.hash);
                 let new_here = previous.is_none() && cause == Cause::Event;
                 if new_here {
@@ -620,6 +629,15 @@ impl WatchTask {
                     return;
                 }
                 self.stream(stream).saw(&w.key.namespace, &w.key.name);
+                if self.lint.is_some() {
+                    let before = self.writer.store().workload(&w.key);
+                    let changed = before.is_none_or(|b| {
+                        b.annotations != w.annotations || b.template.annotations != w.template.annotations
+                    });
+                    if changed && (!w.annotations.is_empty() || !w.template.annotations.is_empty()) {
+                        self.to_lint(Stored::Workload(w.key.clone()));
+                    }
+                }
                 self.writer.apply_workload(w);
             }
             WatchEvent::Delete(Some(w)) => self.writer.delete_workload(&w.key),
@@ -633,6 +651,31 @@ impl WatchTask {
                 }
             }
         }
+    }
+
+    /// Tell the lint about a stored resource with annotations that look like Reloader's.
+    fn lint_resource(&self, key: &ResourceKey, meta: &kube::api::ObjectMeta) {
+        if self.lint.is_none() {
+            return;
+        }
+        let annotations: BTreeMap<String, String> = meta
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| looks_like_reloader(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !annotations.is_empty() {
+            let uid = meta.uid.clone().unwrap_or_default();
+            self.to_lint(Stored::Resource { key: key.clone(), uid, annotations });
+        }
+    }
+
+    /// Pass a stored object to the lint, never waiting: a full queue drops it (counted).
+    fn to_lint(&self, stored: Stored) {
+        let Some(lint) = &self.lint else { return };
+        let result = if lint.try_send(stored).is_ok() { "sent" } else { "dropped" };
+        self.metrics.lint_queued.with_label_values(&[result]).inc();
     }
 
     /// The state of a running stream; `apply` checked that it runs.

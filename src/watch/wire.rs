@@ -336,6 +336,17 @@ pub struct Compactor {
     search_match_key: Arc<str>,
     /// `--auto-reload-all`: any workload may reload, so every one keeps what its write needs.
     raw_for_all: bool,
+    /// Keep annotation keys that look like Reloader's too, for the annotation lint.
+    keep_lookalikes: bool,
+}
+
+/// Whether an annotation key may concern Reloader at all (a misspelling included): cheap, so
+/// that every other annotation is dropped on arrival.
+pub fn looks_like_reloader(key: &str) -> bool {
+    let key = key.as_bytes();
+    ["reloader", "stakater", "stakter", "staketer"]
+        .iter()
+        .any(|word| key.windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes())))
 }
 
 /// Labels the job controller puts on a Job and its template for one Job UID; a Job created
@@ -353,7 +364,14 @@ impl Compactor {
             ignore_key: ignore_key.into(),
             search_match_key: search_match_key.into(),
             raw_for_all,
+            keep_lookalikes: false,
         }
+    }
+
+    /// Also keep workload annotations that look like Reloader's (for the lint).
+    pub fn keeping_lookalikes(mut self) -> Self {
+        self.keep_lookalikes = true;
+        self
     }
 
     /// Whether this ConfigMap is one of the controller's own.
@@ -461,7 +479,9 @@ impl Compactor {
         annotations
             .into_iter()
             .flatten()
-            .filter(|(k, _)| self.workload_keys.iter().any(|w| w == *k))
+            .filter(|(k, _)| {
+                self.workload_keys.iter().any(|w| w == *k) || (self.keep_lookalikes && looks_like_reloader(k))
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
@@ -580,6 +600,16 @@ mod tests {
             assert!(refs.contains(&expected), "missing {expected:?} in {refs:?}");
         }
         assert_eq!(w.template.containers[0].recorded, vec![("STAKATER_CM_A_CONFIGMAP".into(), "abc".into())]);
+    }
+
+    #[test]
+    fn reloader_lookalike_keys_are_recognised_in_any_case() {
+        for key in ["reloader.stakater.com/auto", "Reloader.Stakter.com/auto", "x.staketer.io/y", "my-reloader/z"] {
+            assert!(looks_like_reloader(key), "{key}");
+        }
+        for key in ["app.kubernetes.io/name", "deployment.kubernetes.io/revision", "stak"] {
+            assert!(!looks_like_reloader(key), "{key}");
+        }
     }
 
     #[test]

@@ -145,6 +145,15 @@ impl Controller {
             .unwrap_or(0.0)
     }
 
+    /// The sum of every series of metric `name`, whatever its labels.
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The controller's resident memory in KiB (`VmRSS` of its process).
     pub fn rss_kib(&self) -> u64 {
         let pid = self.child.as_ref().and_then(|c| c.id()).expect("running");

@@ -2,6 +2,8 @@
 //! controller recorded on workloads, for either strategy.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use kube::Client;
 use reloader_fleet::reload::Strategy;
@@ -19,6 +21,9 @@ pub struct Ctx {
     pub client: Client,
     pub ns: String,
     pub strategy: Strategy,
+    /// Set by [`Ctx::expect_lint_findings`]; else a scenario ends by checking that the
+    /// annotation lint found nothing in its objects.
+    lint_findings_expected: Arc<AtomicBool>,
 }
 
 /// Run `body` in a new namespace with a controller started with `--namespaces=<ns>`, the
@@ -41,14 +46,34 @@ where
         all.extend(args);
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         let controller = Controller::start(&ns, &ns, &refs).await;
-        let ctx = Ctx { client, ns, strategy };
+        let expected = Arc::new(AtomicBool::new(false));
+        let ctx = Ctx::new(client, ns, strategy);
+        let ctx = Ctx { lint_findings_expected: expected.clone(), ..ctx };
         let controller = body(ctx, controller).await;
+        if !expected.load(Ordering::Relaxed) {
+            let findings = lint_findings(&controller).await;
+            assert_eq!(
+                findings,
+                0.0,
+                "the annotation lint found mistakes in this test's objects; see {}",
+                controller.log.display()
+            );
+        }
         controller.stop().await;
     })
     .await;
 }
 
 impl Ctx {
+    pub fn new(client: Client, ns: String, strategy: Strategy) -> Ctx {
+        Ctx { client, ns, strategy, lint_findings_expected: Arc::default() }
+    }
+
+    /// This scenario's objects carry mistakes on purpose: skip the final lint check.
+    pub fn expect_lint_findings(&self) {
+        self.lint_findings_expected.store(true, Ordering::Relaxed);
+    }
+
     /// Start another controller scoped to this namespace with this strategy and `extra` flags
     /// (as a restart of the scenario's controller would).
     pub async fn start_controller(&self, name: &str, extra: &[&str]) -> Controller {
@@ -106,6 +131,19 @@ pub async fn wait_stored(controller: &Controller, workloads: usize) {
         (controller.metric("reloader_store_objects{kind=\"workloads\"}").await >= workloads as f64).then_some(())
     })
     .await;
+}
+
+/// Wait until the annotation lint has checked everything the watches passed it (all received,
+/// no workload waiting), then the number of findings it reported.
+pub async fn lint_findings(controller: &Controller) -> f64 {
+    wait_for("the annotation lint to be idle", || async {
+        let sent = controller.metric("reloader_annotation_lint_queued_total{result=\"sent\"}").await;
+        let received = controller.metric("reloader_annotation_lint_received_total").await;
+        let pending = controller.metric("reloader_annotation_lint_pending").await;
+        (sent == received && pending == 0.0).then_some(())
+    })
+    .await;
+    controller.metric_sum("reloader_annotation_lint_findings_total").await
 }
 
 /// Wait until the controller's store holds at least these many ConfigMaps and Secrets.

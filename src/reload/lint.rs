@@ -1,0 +1,247 @@
+//! Annotation lint: the mistakes that make "I changed the ConfigMap and nothing happened", found
+//! when an object is stored and reported once as a Warning Event on it, with the fix.
+//!
+//! Pure checks here; [`run`](task::run) reports them. Findings (bounded, the metric's label):
+//! ```text
+//!  misspelt-key            a key a few edits from a Reloader key        (any object)
+//!  not-a-boolean           auto/search/match/ignore with another value  (any object)
+//!  match-on-workload       match on a workload (it belongs on the resource)
+//!  ignore-on-workload      ignore on a workload (read only on resources)
+//!  search-on-resource      search on a ConfigMap/Secret (it belongs on the workload)
+//!  workload-key-on-resource auto, reload lists, excludes... on a ConfigMap/Secret
+//!  auto-and-search         both on one workload: search then does nothing
+//!  absent-in-list          a .../reload list names a resource the namespace lacks
+//!  invalid-pattern         a .../reload list entry that is no regular expression
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::reload::{
+    Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries, parse_go_bool,
+};
+use crate::watch::{ResourceKind, Workload};
+
+mod task;
+
+pub use task::{Inputs, Metrics, REASON, run};
+
+/// Edits at most between a key and the Reloader key it is taken for.
+const MAX_EDITS: usize = 3;
+
+/// One mistake on one object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Finding {
+    /// The metric label: one of the words in the module table.
+    pub code: &'static str,
+    /// The annotation concerned.
+    pub annotation: String,
+    /// What is wrong and how to fix it, for the Event and the log.
+    pub message: String,
+}
+
+/// Which of Reloader's keys go where.
+struct Known<'a> {
+    workload: Vec<&'a str>,
+    resource: Vec<&'a str>,
+    /// Written by a controller: right anywhere they appear.
+    written: Vec<&'a str>,
+}
+
+impl<'a> Known<'a> {
+    fn new(keys: &'a Keys) -> Self {
+        Known {
+            workload: vec![
+                &keys.auto,
+                &keys.configmap_auto,
+                &keys.secret_auto,
+                &keys.secret_provider_class_auto,
+                &keys.configmap_reload,
+                &keys.secret_reload,
+                &keys.secret_provider_class_reload,
+                &keys.configmap_exclude,
+                &keys.secret_exclude,
+                &keys.secret_provider_class_exclude,
+                &keys.search,
+                &keys.pause_period,
+                ROLLOUT_STRATEGY,
+            ],
+            resource: vec![&keys.search_match, &keys.ignore],
+            written: vec![&keys.paused_at, LAST_RELOADED_FROM, RELOADED_HASHES],
+        }
+    }
+
+    fn all(&self) -> impl Iterator<Item = &&'a str> {
+        self.workload.iter().chain(&self.resource).chain(&self.written)
+    }
+
+    fn is_known(&self, key: &str) -> bool {
+        self.all().any(|k| *k == key)
+    }
+
+    /// The Reloader key `key` is most likely a misspelling of, if any is close.
+    fn nearest(&self, key: &str) -> Option<&'a str> {
+        self.all()
+            .map(|k| (strsim::levenshtein(key, k), *k))
+            .filter(|(edits, _)| *edits <= MAX_EDITS)
+            .min()
+            .map(|(_, k)| k)
+    }
+}
+
+/// Findings on a workload, from its metadata and pod template annotations. The absent-resource
+/// check needs the store and is [`listed_names`]' business.
+pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
+    let known = Known::new(keys);
+    let mut out = Vec::new();
+    for annotations in [&workload.annotations, &workload.template.annotations] {
+        common(keys, &known, annotations, &mut out);
+        for key in annotations.keys() {
+            if *key == keys.search_match {
+                out.push(Finding {
+                    code: "match-on-workload",
+                    annotation: key.clone(),
+                    message: format!(
+                        "{key:?} belongs on a ConfigMap or Secret, not on a workload: set {:?}: \"true\" on the workload \
+                         and {key:?}: \"true\" on the ConfigMaps and Secrets it should reload for",
+                        keys.search
+                    ),
+                });
+            } else if *key == keys.ignore {
+                out.push(Finding {
+                    code: "ignore-on-workload",
+                    annotation: key.clone(),
+                    message: format!(
+                        "{key:?} is read only on ConfigMaps, Secrets and SecretProviderClasses and does nothing on a \
+                         workload: to stop this workload reloading, remove its auto annotation or name the resource \
+                         in {:?}",
+                        keys.configmap_exclude
+                    ),
+                });
+            }
+        }
+        for list_key in [&keys.configmap_reload, &keys.secret_reload, &keys.secret_provider_class_reload] {
+            let entries = annotations.get(list_key).into_iter().flat_map(|l| l.split(',')).map(str::trim);
+            for (entry, err) in entries.filter_map(|e| compile_entry(e).err().map(|err| (e, err))) {
+                let why = err.lines().last().unwrap_or_default().trim().to_string();
+                out.push(Finding {
+                    code: "invalid-pattern",
+                    annotation: list_key.clone(),
+                    message: format!(
+                        "{list_key:?} entry {entry:?} is not a valid regular expression ({why}) and never \
+                         matches: fix or remove it"
+                    ),
+                });
+            }
+        }
+        let on = |key: &str| annotations.get(key).is_some_and(|v| parse_go_bool(v) == Some(true));
+        if on(&keys.auto) && annotations.get(&keys.search).is_some_and(|v| v == "true") {
+            out.push(Finding {
+                code: "auto-and-search",
+                annotation: keys.search.clone(),
+                message: format!(
+                    "both {:?} and {:?} are set: auto already reloads for every ConfigMap and Secret the workload \
+                     uses, so search does nothing; remove one",
+                    keys.auto, keys.search
+                ),
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Findings on a ConfigMap, Secret or SecretProviderClass from its annotations.
+pub fn resource(keys: &Keys, kind: ResourceKind, annotations: &BTreeMap<String, String>) -> Vec<Finding> {
+    let known = Known::new(keys);
+    let mut out = Vec::new();
+    common(keys, &known, annotations, &mut out);
+    for key in annotations.keys().filter(|k| known.workload.contains(&k.as_str())) {
+        let (code, message) = if *key == keys.search {
+            (
+                "search-on-resource",
+                format!(
+                    "{key:?} belongs on the workload: set {:?}: \"true\" on this {} and {key:?}: \"true\" on the \
+                     workloads that use it",
+                    keys.search_match,
+                    kind.kind()
+                ),
+            )
+        } else {
+            (
+                "workload-key-on-resource",
+                format!(
+                    "{key:?} is read on workloads (Deployments, StatefulSets, ...), not on a {}: move it to the \
+                     workloads that use this {}",
+                    kind.kind(),
+                    kind.kind()
+                ),
+            )
+        };
+        out.push(Finding { code, annotation: key.clone(), message });
+    }
+    out.sort();
+    out
+}
+
+/// Checks that apply wherever the annotation is: misspelt keys and values that are no boolean.
+fn common(keys: &Keys, known: &Known<'_>, annotations: &BTreeMap<String, String>, out: &mut Vec<Finding>) {
+    for (key, value) in annotations {
+        if !known.is_known(key) {
+            if let Some(meant) = known.nearest(key) {
+                out.push(Finding {
+                    code: "misspelt-key",
+                    annotation: key.clone(),
+                    message: format!("{key:?} is not a Reloader annotation and is ignored: did you mean {meant:?}?"),
+                });
+            }
+            continue;
+        }
+        let autos = [&keys.auto, &keys.configmap_auto, &keys.secret_auto, &keys.secret_provider_class_auto];
+        let exact = [&keys.search, &keys.search_match, &keys.ignore];
+        if autos.contains(&key) && parse_go_bool(value).is_none() {
+            out.push(Finding {
+                code: "not-a-boolean",
+                annotation: key.clone(),
+                message: format!(
+                    "{key:?} is {value:?}, which is not a boolean and counts as false: use \"true\" or \"false\""
+                ),
+            });
+        } else if exact.contains(&key) && value != "true" && value != "false" {
+            out.push(Finding {
+                code: "not-a-boolean",
+                annotation: key.clone(),
+                message: format!("{key:?} is {value:?}, but only exactly \"true\" counts: use \"true\" or \"false\""),
+            });
+        }
+    }
+}
+
+/// The resources a workload's `.../reload` lists spell out by name (entries that are no
+/// pattern), per kind, with the list's key: what must exist in its namespace.
+pub fn listed_names(keys: &Keys, workload: &Workload) -> Vec<(ResourceKind, String, String)> {
+    let mut out = Vec::new();
+    for kind in [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass] {
+        let key = keys.for_kind(kind).explicit;
+        let list = workload.annotations.get(key).or_else(|| workload.template.annotations.get(key));
+        for entry in list.into_iter().flat_map(|l| named_entries(l)) {
+            out.push((kind, entry.to_string(), key.to_string()));
+        }
+    }
+    out
+}
+
+/// The finding for a listed resource the namespace lacks.
+pub fn absent(annotation: &str, kind: ResourceKind, name: &str, namespace: &str) -> Finding {
+    Finding {
+        code: "absent-in-list",
+        annotation: annotation.to_string(),
+        message: format!(
+            "{annotation:?} names {} {name:?}, which does not exist in namespace {namespace}: create it or fix the name",
+            kind.kind()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+use super::*;
+use crate::watch::{PodTemplate, WorkloadKey, WorkloadKind};
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn workload_with(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
+    Workload {
+        key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
+        uid: "u".into(),
+        resource_version: "1".into(),
+        annotations: map(meta),
+        template: PodTemplate { annotations: map(template), ..Default::default() },
+        paused: false,
+        raw: None,
+    }
+}
+
+fn codes(findings: &[Finding]) -> Vec<&'static str> {
+    findings.iter().map(|f| f.code).collect()
+}
+
+#[test]
+fn a_misspelt_key_names_the_key_it_is_taken_for() {
+    let keys = Keys::default();
+    let found = workload(&keys, &workload_with(&[("reloader.stakter.com/auto", "true")], &[]));
+    assert_eq!(codes(&found), ["misspelt-key"]);
+    assert!(found[0].message.contains("did you mean \"reloader.stakater.com/auto\""), "{}", found[0].message);
+    let plural = workload(&keys, &workload_with(&[], &[("secrets.reloader.stakater.com/reload", "db")]));
+    assert!(plural[0].message.contains("\"secret.reloader.stakater.com/reload\""), "{plural:?}");
+    let on_resource = resource(&keys, ResourceKind::ConfigMap, &map(&[("reloader.stakater.com/ignroe", "true")]));
+    assert!(on_resource[0].message.contains("\"reloader.stakater.com/ignore\""), "{on_resource:?}");
+}
+
+#[test]
+fn keys_on_the_wrong_side_are_found() {
+    let keys = Keys::default();
+    let w = workload(
+        &keys,
+        &workload_with(&[("reloader.stakater.com/match", "true"), ("reloader.stakater.com/ignore", "true")], &[]),
+    );
+    assert_eq!(codes(&w), ["ignore-on-workload", "match-on-workload"]);
+    assert!(
+        w[1].message.contains("set \"reloader.stakater.com/search\": \"true\" on the workload"),
+        "{}",
+        w[1].message
+    );
+    let r = resource(
+        &keys,
+        ResourceKind::ConfigMap,
+        &map(&[("reloader.stakater.com/search", "true"), ("reloader.stakater.com/auto", "true")]),
+    );
+    assert_eq!(codes(&r), ["search-on-resource", "workload-key-on-resource"]);
+}
+
+#[test]
+fn auto_with_search_and_values_that_are_no_boolean_are_found() {
+    let keys = Keys::default();
+    let both = workload(
+        &keys,
+        &workload_with(&[("reloader.stakater.com/auto", "true"), ("reloader.stakater.com/search", "true")], &[]),
+    );
+    assert_eq!(codes(&both), ["auto-and-search"]);
+    let bad = workload(&keys, &workload_with(&[("reloader.stakater.com/auto", "yes")], &[]));
+    assert_eq!(codes(&bad), ["not-a-boolean"]);
+    let pattern = workload(&keys, &workload_with(&[("configmap.reloader.stakater.com/reload", "ok,(unclosed")], &[]));
+    assert_eq!(codes(&pattern), ["invalid-pattern"]);
+    assert!(
+        pattern[0].message.contains("entry \"(unclosed\" is not a valid regular expression"),
+        "{}",
+        pattern[0].message
+    );
+    let exact = resource(&keys, ResourceKind::Secret, &map(&[("reloader.stakater.com/ignore", "True")]));
+    assert_eq!(codes(&exact), ["not-a-boolean"]);
+    assert!(exact[0].message.contains("only exactly \"true\" counts"), "{}", exact[0].message);
+}
+
+#[test]
+fn correct_annotations_raise_nothing() {
+    let keys = Keys::default();
+    for meta in [
+        vec![("reloader.stakater.com/auto", "true")],
+        vec![("reloader.stakater.com/auto", "false"), ("app.kubernetes.io/name", "web")],
+        vec![("configmap.reloader.stakater.com/reload", "a,b"), ("secret.reloader.stakater.com/auto", "True")],
+        vec![("reloader.stakater.com/search", "true"), ("deployment.reloader.stakater.com/pause-period", "5m")],
+        vec![
+            ("configmaps.exclude.reloader.stakater.com/reload", "a"),
+            ("reloader.stakater.com/rollout-strategy", "restart"),
+        ],
+        vec![
+            ("reloader-fleet.stakater.com/reloaded-hashes", "{}"),
+            ("deployment.reloader.stakater.com/paused-at", "x"),
+        ],
+    ] {
+        assert_eq!(workload(&keys, &workload_with(&meta, &[])), vec![], "{meta:?}");
+        assert_eq!(workload(&keys, &workload_with(&[], &meta)), vec![], "on the template: {meta:?}");
+    }
+    for annotations in [vec![("reloader.stakater.com/match", "true")], vec![("reloader.stakater.com/ignore", "false")]]
+    {
+        assert_eq!(resource(&keys, ResourceKind::ConfigMap, &map(&annotations)), vec![], "{annotations:?}");
+    }
+}
+
+#[test]
+fn only_names_in_reload_lists_must_exist() {
+    let keys = Keys::default();
+    let w = workload_with(
+        &[
+            ("configmap.reloader.stakater.com/reload", "a, app.conf,b.*,c|d"),
+            ("secret.reloader.stakater.com/reload", "db"),
+        ],
+        &[],
+    );
+    let names: Vec<(ResourceKind, String)> = listed_names(&keys, &w).into_iter().map(|(k, n, _)| (k, n)).collect();
+    assert_eq!(
+        names,
+        [
+            (ResourceKind::ConfigMap, "a".into()),
+            (ResourceKind::ConfigMap, "app.conf".into()),
+            (ResourceKind::Secret, "db".into())
+        ]
+    );
+    let finding = absent("configmap.reloader.stakater.com/reload", ResourceKind::ConfigMap, "a", "ns");
+    assert!(
+        finding.message.contains("names ConfigMap \"a\", which does not exist in namespace ns"),
+        "{}",
+        finding.message
+    );
+}
