@@ -22,16 +22,15 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::csi::CsiState;
 use crate::watch::wire::{
-    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret, SlimSecretProviderClass,
-    SlimSpcPodStatus, SlimStatefulSet, SlimWorkload,
+    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus,
+    SlimStatefulSet,
 };
 use crate::watch::{
     Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Stored, Workload, WorkloadKind, Writer,
@@ -39,8 +38,10 @@ use crate::watch::{
 };
 
 mod csi_events;
+mod streams;
 mod unselected;
 
+use streams::{gated, list_config, raw_workload_stream, tagged, watch_kind, workload_stream};
 use unselected::Unselected;
 
 /// What to watch and what to keep.
@@ -711,114 +712,5 @@ impl WatchTask {
             self.send(change).await?;
         }
         Ok(())
-    }
-}
-
-/// Lists are served from the API server's watch cache (resourceVersion 0, as client-go's
-/// informers do): a relist of thousands of objects costs no etcd round trips, and the watch
-/// that follows delivers every change after the listed version.
-fn list_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
-}
-
-fn watch_kind<K>(
-    client: &Client,
-    namespace: &Option<String>,
-    config: watcher::Config,
-) -> impl Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Send
-        + 'static,
-{
-    let api: Api<K> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    watcher::watcher(api, config).default_backoff()
-}
-
-fn workload_stream<K: SlimWorkload>(
-    id: usize,
-    client: &Client,
-    scope: &Option<String>,
-    compactor: &Compactor,
-) -> BoxedTagged {
-    let compactor = compactor.clone();
-    let stream = watch_kind::<K>(client, scope, list_config())
-        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
-    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
-}
-
-/// A workload kind read as [`SlimRaw`], its API resource from the kind table.
-fn raw_workload_stream(
-    id: usize,
-    kind: WorkloadKind,
-    client: &Client,
-    scope: &Option<String>,
-    compactor: &Compactor,
-) -> BoxedTagged {
-    let resource = kind.api_resource();
-    let api: Api<SlimRaw> = match scope {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let compactor = compactor.clone();
-    let stream = watcher::watcher(api, list_config())
-        .default_backoff()
-        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
-    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
-}
-
-fn tagged<K: 'static, S>(id: usize, stream: S, wrap: fn(WatchEvent<K>) -> Incoming) -> BoxedTagged
-where
-    S: Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
-{
-    Box::pin(stream.map(move |item| (id, item.map(wrap))))
-}
-
-/// Hold back `stream` until a list permit is free, and keep the permit until its first list
-/// is done (or failed: the watcher's retries then go ungated).
-fn gated(stream: BoxedTagged, permits: Arc<Semaphore>) -> BoxedTagged {
-    enum Gate {
-        Waiting(BoxedTagged, Arc<Semaphore>),
-        Listing(BoxedTagged, OwnedSemaphorePermit),
-        Open(BoxedTagged),
-    }
-    Box::pin(futures::stream::unfold(Gate::Waiting(stream, permits), |gate| async move {
-        let (mut stream, permit) = match gate {
-            // A closed semaphore never happens (it lives as long as the task); go ungated.
-            Gate::Waiting(stream, permits) => (stream, permits.acquire_owned().await.ok()),
-            Gate::Listing(stream, permit) => (stream, Some(permit)),
-            Gate::Open(stream) => (stream, None),
-        };
-        let item = stream.next().await?;
-        let listed = matches!(
-            &item.1,
-            Err(_)
-                | Ok(Incoming::ConfigMap(WatchEvent::InitDone)
-                    | Incoming::Secret(WatchEvent::InitDone)
-                    | Incoming::Workload(_, WatchEvent::InitDone)
-                    | Incoming::SpcPodStatus(WatchEvent::InitDone)
-                    | Incoming::SecretProviderClass(WatchEvent::InitDone))
-        );
-        let next = match permit {
-            Some(permit) if !listed => Gate::Listing(stream, permit),
-            _ => Gate::Open(stream),
-        };
-        Some((item, next))
-    }))
-}
-
-fn map_event<A, B>(event: WatchEvent<A>, f: impl FnOnce(A) -> B) -> WatchEvent<B> {
-    match event {
-        WatchEvent::Apply(a) => WatchEvent::Apply(f(a)),
-        WatchEvent::Delete(a) => WatchEvent::Delete(f(a)),
-        WatchEvent::Init => WatchEvent::Init,
-        WatchEvent::InitApply(a) => WatchEvent::InitApply(f(a)),
-        WatchEvent::InitDone => WatchEvent::InitDone,
     }
 }

@@ -1,0 +1,124 @@
+//! The watch streams the task merges: one per kind and scope, each tagged with its id, gated
+//! so that only a few first lists run at once.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{BoxedTagged, Incoming};
+use crate::watch::WorkloadKind;
+use crate::watch::wire::{Compactor, SlimRaw, SlimWorkload};
+
+/// Lists are served from the API server's watch cache (resourceVersion 0, as client-go's
+/// informers do): a relist of thousands of objects costs no etcd round trips, and the watch
+/// that follows delivers every change after the listed version.
+pub(super) fn list_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}
+
+pub(super) fn watch_kind<K>(
+    client: &Client,
+    namespace: &Option<String>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    watcher::watcher(api, config).default_backoff()
+}
+
+pub(super) fn workload_stream<K: SlimWorkload>(
+    id: usize,
+    client: &Client,
+    scope: &Option<String>,
+    compactor: &Compactor,
+) -> BoxedTagged {
+    let compactor = compactor.clone();
+    let stream = watch_kind::<K>(client, scope, list_config())
+        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
+    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
+}
+
+/// A workload kind read as [`SlimRaw`], its API resource from the kind table.
+pub(super) fn raw_workload_stream(
+    id: usize,
+    kind: WorkloadKind,
+    client: &Client,
+    scope: &Option<String>,
+    compactor: &Compactor,
+) -> BoxedTagged {
+    let resource = kind.api_resource();
+    let api: Api<SlimRaw> = match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let compactor = compactor.clone();
+    let stream = watcher::watcher(api, list_config())
+        .default_backoff()
+        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
+    Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
+}
+
+pub(super) fn tagged<K: 'static, S>(id: usize, stream: S, wrap: fn(WatchEvent<K>) -> Incoming) -> BoxedTagged
+where
+    S: Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static,
+{
+    Box::pin(stream.map(move |item| (id, item.map(wrap))))
+}
+
+/// Hold back `stream` until a list permit is free, and keep the permit until its first list
+/// is done (or failed: the watcher's retries then go ungated).
+pub(super) fn gated(stream: BoxedTagged, permits: Arc<Semaphore>) -> BoxedTagged {
+    enum Gate {
+        Waiting(BoxedTagged, Arc<Semaphore>),
+        Listing(BoxedTagged, OwnedSemaphorePermit),
+        Open(BoxedTagged),
+    }
+    Box::pin(futures::stream::unfold(Gate::Waiting(stream, permits), |gate| async move {
+        let (mut stream, permit) = match gate {
+            // A closed semaphore never happens (it lives as long as the task); go ungated.
+            Gate::Waiting(stream, permits) => (stream, permits.acquire_owned().await.ok()),
+            Gate::Listing(stream, permit) => (stream, Some(permit)),
+            Gate::Open(stream) => (stream, None),
+        };
+        let item = stream.next().await?;
+        let listed = matches!(
+            &item.1,
+            Err(_)
+                | Ok(Incoming::ConfigMap(WatchEvent::InitDone)
+                    | Incoming::Secret(WatchEvent::InitDone)
+                    | Incoming::Workload(_, WatchEvent::InitDone)
+                    | Incoming::SpcPodStatus(WatchEvent::InitDone)
+                    | Incoming::SecretProviderClass(WatchEvent::InitDone))
+        );
+        let next = match permit {
+            Some(permit) if !listed => Gate::Listing(stream, permit),
+            _ => Gate::Open(stream),
+        };
+        Some((item, next))
+    }))
+}
+
+pub(super) fn map_event<A, B>(event: WatchEvent<A>, f: impl FnOnce(A) -> B) -> WatchEvent<B> {
+    match event {
+        WatchEvent::Apply(a) => WatchEvent::Apply(f(a)),
+        WatchEvent::Delete(a) => WatchEvent::Delete(f(a)),
+        WatchEvent::Init => WatchEvent::Init,
+        WatchEvent::InitApply(a) => WatchEvent::InitApply(f(a)),
+        WatchEvent::InitDone => WatchEvent::InitDone,
+    }
+}
