@@ -197,6 +197,16 @@ pub struct Args {
     #[arg(long, env = "CHECKPOINT_NAME", default_value = "reloader-fleet-checkpoint", global = true)]
     pub checkpoint_name: String,
 
+    /// Changes of several resources of one workload within this time of the first become one
+    /// write (one rollout) recording every new hash; 0 writes each change at once (Reloader's
+    /// behaviour). A workload's `reloader-fleet.stakater.com/coalesce-window` wins.
+    #[arg(long, env = "COALESCE_WINDOW", default_value = "0", value_parser = parse_duration, global = true)]
+    pub coalesce_window: Duration,
+    /// The rollout budget: at most this many workload writes a second per replica, served in
+    /// turn across namespaces, none dropped; 0 means no budget.
+    #[arg(long, env = "MAX_ROLLOUTS_PER_SECOND", default_value = "0", value_parser = parse_rate, global = true)]
+    pub max_rollouts_per_second: f64,
+
     /// Check Reloader annotations when objects are stored and report each mistake (a misspelt
     /// key, `match` on a workload, a reload list naming a missing ConfigMap...) once as a
     /// Warning Event on the object; `false` turns it off.
@@ -320,6 +330,13 @@ fn file_args(path: &str) -> anyhow::Result<Vec<String>> {
 fn go_bool(value: &str) -> Result<bool, String> {
     reloader_fleet::reload::parse_go_bool(value)
         .ok_or_else(|| format!("{value:?} is not a boolean (expected true or false)"))
+}
+
+fn parse_rate(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!("{value:?} is not a rate (a number of writes a second, 0 for no budget)")),
+    }
 }
 
 fn parse_strategy(value: &str) -> Result<Strategy, String> {

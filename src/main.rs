@@ -83,6 +83,8 @@ async fn main() -> anyhow::Result<()> {
         alert_structured: _,
         checkpoint_name,
         annotation_lint,
+        coalesce_window,
+        max_rollouts_per_second,
         shards,
         command,
         sources: _,
@@ -214,6 +216,8 @@ async fn main() -> anyhow::Result<()> {
         compactor,
         ring: ring.clone(),
         webhook: settings.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
+        coalesce_window,
+        max_rollouts_per_second: (max_rollouts_per_second > 0.0).then_some(max_rollouts_per_second),
     };
     if let Some(url) = &settings.webhook_url {
         info!(url = %url.origin().ascii_serialization(), "webhook-only mode: changes are sent to the webhook and no workload is written");

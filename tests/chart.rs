@@ -218,8 +218,12 @@ fn sharding_values_render_the_fleet() {
     assert_eq!(pdb["spec"]["maxUnavailable"], 1, "a fleet keeps all replicas but one");
     let err = try_render("reloader: {sharding: {shards: 4}}").expect_err("shards without HA");
     assert!(err.contains("reloader.sharding.shards needs reloader.enableHA: true"), "{err}");
-    let docs = render("reloader: {annotationLint: false}");
-    assert_eq!(args(&docs), vec!["--log-level=info", "--annotation-lint=false"], "the lint is on unless turned off");
+    let docs = render("reloader: {annotationLint: false, coalesceWindow: 2s, maxRolloutsPerSecond: 50}");
+    assert_eq!(
+        args(&docs),
+        vec!["--log-level=info", "--annotation-lint=false", "--coalesce-window=2s", "--max-rollouts-per-second=50"],
+        "the lint is on unless turned off; coalescing and the budget are off unless set"
+    );
 }
 
 #[test]

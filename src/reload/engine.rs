@@ -25,14 +25,17 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::events::Events;
-use crate::reload::strategy::{self, Strategy, Target};
+use crate::reload::strategy::{self, Item, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
-use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
+use crate::reload::{COALESCE_WINDOW, Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
+mod deferred;
 mod shards;
+
+use deferred::Deferred;
 
 /// Field manager of every write, as Reloader's.
 pub const FIELD_MANAGER: &str = "Reloader";
@@ -69,6 +72,12 @@ pub struct Config {
     pub compactor: Compactor,
     /// Webhook-only mode: POST each change that would reload, write no workload.
     pub webhook: Option<Webhook>,
+    /// `--coalesce-window`: changes of several resources of one workload within this time of
+    /// the first become one write (zero: each change is written at once, as Reloader does).
+    /// A workload's own `reloader-fleet.stakater.com/coalesce-window` wins.
+    pub coalesce_window: Duration,
+    /// `--max-rollouts-per-second`: the rollout budget (`None`: none).
+    pub max_rollouts_per_second: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +145,7 @@ pub async fn run(
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
     let writes = Writes { client: client.clone(), compactor: config.compactor.clone() };
     let rules = Rules::new(config.keys.clone(), config.options.clone());
+    let config_budget = config.max_rollouts_per_second;
     let mut engine = Engine {
         rules,
         client,
@@ -155,6 +165,8 @@ pub async fn run(
         owned: owned.clone(),
         active,
         alerts,
+        deferred: Deferred::new(config_budget),
+        write_attempts: HashMap::new(),
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
     reconciled.send_replace(true);
@@ -163,7 +175,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(RESUME_SWEEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let save_deadline = save_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let save_deadline = save_at.unwrap_or_else(far_future);
+        let write_at = engine.deferred.wake_at(Instant::now());
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
@@ -177,6 +190,12 @@ pub async fn run(
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
                 engine.handle(Change { key, observed, previous: None, cause: Cause::Event }, None).await;
+            }
+            Some(expired) = futures::StreamExt::next(&mut engine.deferred.windows), if !engine.deferred.windows.is_empty() => {
+                engine.deferred.window_over(expired.into_inner());
+            }
+            () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
+                engine.write_deferred().await;
             }
             _ = tick.tick() => {
                 engine.resume_paused().await;
@@ -201,6 +220,10 @@ pub async fn run(
     // Shutdown: in-flight writes are done (the loop is sequential); keep what was acted on.
     engine.follow(&BTreeSet::new()).await;
     Ok(())
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
 }
 
 /// The shards to act on: complete in the store and still owned.
@@ -237,6 +260,10 @@ struct Engine {
     /// Tells the lease room which shards the engine is on: see [`Outputs::active`].
     active: watch::Sender<BTreeSet<u32>>,
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,
+    /// Coalesced writes and writes held to the rollout budget.
+    deferred: Deferred,
+    /// Failed deferred writes per workload, for their backoff.
+    write_attempts: HashMap<WorkloadKey, u32>,
 }
 
 impl Engine {
@@ -365,14 +392,25 @@ impl Engine {
         let mut wrote = 0usize;
         for candidate in self.store.candidates(key) {
             let workload = self.freshest(candidate);
-            match self.reload_one(key, &state, target, &workload).await {
-                WriteResult::Written => wrote += 1,
-                WriteResult::NotNeeded => {}
-                WriteResult::Failed => failed = true,
+            let window = self.window_for(&workload);
+            if window.is_zero() && !self.deferred.has_budget() {
+                match self.reload_one(key, &state, target, &workload).await {
+                    WriteResult::Written => wrote += 1,
+                    WriteResult::NotNeeded => {}
+                    WriteResult::Failed => failed = true,
+                }
+            } else if self.plan_one(key, &state, target, &workload).is_some() {
+                self.deferred.add(&workload.key, key, current.as_ref().map(|s| s.hash), window);
             }
         }
+        self.metrics.deferred_writes.set(self.deferred.len() as i64);
         if failed {
             return Outcome::Failed;
+        }
+        if self.deferred.is_held(key) {
+            // Handled (checkpoint) once every deferred write of it is done.
+            info!(?transition, workloads = wrote, hash = %state.hash, "change handled in part; writes deferred");
+            return if wrote > 0 { Outcome::Done } else { Outcome::Skipped };
         }
         info!(?transition, workloads = wrote, hash = %state.hash, "change handled");
         self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
@@ -444,24 +482,42 @@ impl Engine {
         decision.container
     }
 
+    /// The patch that reloads `workload` for this change, if the rules say so and it does not
+    /// record the target already.
+    fn plan_one(
+        &mut self,
+        key: &ResourceKey,
+        state: &ResourceState,
+        target: Target,
+        workload: &Workload,
+    ) -> Option<serde_json::Value> {
+        let container = self.target_of(key, state, workload)?;
+        let item = Item { kind: key.kind, name: key.name.to_string(), container, target };
+        strategy::plan_all(self.config.strategy, workload, &[item], unix_now())
+    }
+
     async fn reload_one(
         &mut self,
         key: &ResourceKey,
-        state: &crate::watch::ResourceState,
+        state: &ResourceState,
         target: Target,
         workload: &Arc<Workload>,
     ) -> WriteResult {
-        let Some(container) = self.target_of(key, state, workload) else {
+        let Some(patch) = self.plan_one(key, state, target, workload) else {
+            debug!(workload = %workload.key, "nothing to record");
             return WriteResult::NotNeeded;
         };
-        let observed_at =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-        let Some(mut patch) =
-            strategy::plan(self.config.strategy, workload, key.kind, &key.name, container, target, observed_at)
-        else {
-            debug!(workload = %workload.key, "hash already recorded");
-            return WriteResult::NotNeeded;
-        };
+        self.write_reload(workload, patch, &[(key.clone(), state.hash)]).await
+    }
+
+    /// Write one reload patch (plus a pause, if the workload asks for one) recording `sources`,
+    /// with the metrics, Events and alerts of each.
+    async fn write_reload(
+        &mut self,
+        workload: &Arc<Workload>,
+        mut patch: serde_json::Value,
+        sources: &[(ResourceKey, crate::watch::DataHash)],
+    ) -> WriteResult {
         match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
             Ok(Some(pause)) => merge_patch(&mut patch, pause),
             Ok(None) => {}
@@ -476,19 +532,21 @@ impl Engine {
             Ok(Some(updated)) => {
                 self.metrics.action.with_label_values(&[kind, "success"]).inc();
                 self.metrics.count_reload(&workload.key.namespace, true);
-                info!(workload = %workload.key, hash = %state.hash, strategy = %self.config.strategy, "workload reloaded");
                 self.overlay.insert(updated.key.clone(), Arc::new(updated));
-                let note = format!(
-                    "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
-                    key.name,
-                    key.kind.type_suffix(),
-                    key.namespace,
-                    workload.key.name,
-                    kind,
-                    workload.key.namespace
-                );
-                self.publish(workload, EventType::Normal, "Reloaded", note);
-                self.alert(key, &workload.key);
+                for (key, hash) in sources {
+                    info!(workload = %workload.key, resource = %key, hash = %hash, strategy = %self.config.strategy, "workload reloaded");
+                    let note = format!(
+                        "Changes detected in '{}' of type '{}' in namespace '{}', Updated '{}' of type '{}' in namespace '{}'",
+                        key.name,
+                        key.kind.type_suffix(),
+                        key.namespace,
+                        workload.key.name,
+                        kind,
+                        workload.key.namespace
+                    );
+                    self.publish(workload, EventType::Normal, "Reloaded", note);
+                    self.alert(key, &workload.key);
+                }
                 WriteResult::Written
             }
             Ok(None) => {
@@ -507,6 +565,79 @@ impl Engine {
                 self.publish(workload, EventType::Warning, "ReloadFail", note);
                 WriteResult::Failed
             }
+        }
+    }
+
+    /// The coalesce window of a workload: its own annotation, else `--coalesce-window`.
+    fn window_for(&mut self, workload: &Workload) -> Duration {
+        let Some(value) = workload.annotations.get(COALESCE_WINDOW) else { return self.config.coalesce_window };
+        match crate::reload::parse_go_duration(value) {
+            Ok(window) => window,
+            Err(reason) => {
+                let problem =
+                    crate::reload::Problem { annotation: COALESCE_WINDOW.into(), value: value.clone(), reason };
+                self.report_problems(workload, &[problem]);
+                self.config.coalesce_window
+            }
+        }
+    }
+
+    /// Write the deferred writes that are due (one, with a budget; all, without).
+    async fn write_deferred(&mut self) {
+        while let Some((key, items)) = self.deferred.next(Instant::now()) {
+            self.write_pending(key, items).await;
+        }
+        self.metrics.deferred_writes.set(self.deferred.len() as i64);
+    }
+
+    /// One write that records every resource of `items` on the workload, from their state now.
+    async fn write_pending(&mut self, key: WorkloadKey, items: BTreeSet<ResourceKey>) {
+        let Some(stored) = self.store.workload(&key) else {
+            let released = self.deferred.done(&key, &items);
+            self.release(released);
+            return;
+        };
+        let workload = self.freshest(stored);
+        let mut plan = Vec::new();
+        let mut sources = Vec::new();
+        for resource in &items {
+            let (target, state) = match self.store.resource(resource) {
+                Some(state) => (Target::Hash(state.hash), state),
+                None if self.config.reload_on_delete && resource.kind != ResourceKind::SecretProviderClass => (
+                    Target::Deleted,
+                    ResourceState { hash: crate::watch::DataHash::of_bytes(b""), ignored: false, search_match: false },
+                ),
+                None => continue,
+            };
+            let Some(container) = self.target_of(resource, &state, &workload) else { continue };
+            plan.push(Item { kind: resource.kind, name: resource.name.to_string(), container, target });
+            sources.push((resource.clone(), state.hash));
+        }
+        let result = match strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) {
+            Some(patch) => self.write_reload(&workload, patch, &sources).await,
+            None => WriteResult::NotNeeded,
+        };
+        match result {
+            WriteResult::Written | WriteResult::NotNeeded => {
+                self.write_attempts.remove(&key);
+                let released = self.deferred.done(&key, &items);
+                self.release(released);
+            }
+            WriteResult::Failed => {
+                let attempt = self.write_attempts.entry(key.clone()).or_insert(0);
+                *attempt += 1;
+                let delay = retry_delay(*attempt);
+                self.deferred.retry(key, items, delay);
+            }
+        }
+    }
+
+    /// Resources whose every deferred write is done: their change is handled.
+    fn release(&mut self, released: Vec<(ResourceKey, Option<crate::watch::DataHash>)>) {
+        for (key, hash) in released {
+            debug!(resource = %key, "every deferred write of the change is done");
+            self.record_acted(&key, hash.as_ref().map(short));
+            self.dirty.insert(self.shard_of(&key));
         }
     }
 
@@ -595,6 +726,11 @@ enum WriteResult {
     Written,
     NotNeeded,
     Failed,
+}
+
+/// Wall-clock Unix seconds, as `last-reloaded-from` records them.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// The one backoff rule for retries: doubling from 200 ms, capped at a minute.

@@ -40,6 +40,10 @@ pub const ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 /// only remembers the latest resource). Metadata, not the template: writing it rolls nothing.
 pub const RELOADED_HASHES: &str = "reloader-fleet.stakater.com/reloaded-hashes";
 
+/// On a workload's metadata: its own coalesce window (a Go duration; `0` turns coalescing off
+/// for it), over `--coalesce-window`. This project's key; Reloader has none.
+pub const COALESCE_WINDOW: &str = "reloader-fleet.stakater.com/coalesce-window";
+
 impl Default for Keys {
     fn default() -> Self {
         Keys {
@@ -101,6 +105,7 @@ impl Keys {
             LAST_RELOADED_FROM.to_string(),
             RELOADED_HASHES.to_string(),
             ROLLOUT_STRATEGY.to_string(),
+            COALESCE_WINDOW.to_string(),
         ]
     }
 

@@ -17,7 +17,8 @@
 use std::collections::BTreeMap;
 
 use crate::reload::{
-    Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries, parse_go_bool,
+    COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries,
+    parse_go_bool,
 };
 use crate::watch::{ResourceKind, Workload};
 
@@ -64,6 +65,7 @@ impl<'a> Known<'a> {
                 &keys.search,
                 &keys.pause_period,
                 ROLLOUT_STRATEGY,
+                COALESCE_WINDOW,
             ],
             resource: vec![&keys.search_match, &keys.ignore],
             written: vec![&keys.paused_at, LAST_RELOADED_FROM, RELOADED_HASHES],

@@ -35,6 +35,8 @@ pub struct Metrics {
     /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
     /// `dropped` because the queue was full.
     pub alerts: IntCounterVec,
+    /// `reloader_deferred_writes`: workloads with a coalesced or budget-held write pending.
+    pub deferred_writes: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -97,6 +99,11 @@ impl Metrics {
             &["sink", "result"],
         )?;
         registry.register(Box::new(alerts.clone()))?;
+        let deferred_writes = prometheus::IntGauge::new(
+            "reloader_deferred_writes",
+            "Workloads with a coalesced or rollout-budget write pending",
+        )?;
+        registry.register(Box::new(deferred_writes.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -130,6 +137,7 @@ impl Metrics {
             namespaces: NamespaceStats::default(),
             shards_active,
             alerts,
+            deferred_writes,
         })
     }
 

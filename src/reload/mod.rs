@@ -21,12 +21,12 @@ mod write;
 pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender as run_alert_sender};
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
-pub use keys::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
+pub use keys::{COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
 pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
 pub use pause::{merge_patch, parse_go_duration, pause_patch, resume_patch};
 pub use rules::{
     Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,
     target_container,
 };
-pub use strategy::{ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan};
+pub use strategy::{Item, ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan, plan_all};
 pub use webhook::Webhook;

@@ -22,6 +22,10 @@ pub fn parse_go_duration(value: &str) -> Result<Duration, String> {
     if rest.is_empty() {
         return Err(invalid());
     }
+    // Go accepts a bare zero, and only zero, without a unit.
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(invalid)?;
         let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;

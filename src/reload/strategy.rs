@@ -98,6 +98,57 @@ pub fn plan(
     }
 }
 
+/// One resource to record in a combined write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub kind: ResourceKind,
+    pub name: String,
+    pub container: usize,
+    pub target: Target,
+}
+
+/// One patch that records every item on `workload` (a coalesced rollout), or `None` when it
+/// records them all already. Items are planned one after the other on the workload as the
+/// earlier ones leave it, so that the per-resource record keeps every hash.
+pub fn plan_all(strategy: Strategy, workload: &Workload, items: &[Item], observed_at: i64) -> Option<Value> {
+    let mut current = workload.clone();
+    let mut combined: Option<Value> = None;
+    for item in items {
+        let Some(patch) = plan(strategy, &current, item.kind, &item.name, item.container, item.target, observed_at)
+        else {
+            continue;
+        };
+        absorb(&mut current, &patch, item.container);
+        match combined.as_mut() {
+            Some(all) => apply_strategic(all, &patch),
+            None => combined = Some(patch),
+        }
+    }
+    combined
+}
+
+/// What one of this module's patches records, applied to the compact workload.
+fn absorb(workload: &mut Workload, patch: &Value, container: usize) {
+    if let Some(hashes) = patch.pointer(&format!("/metadata/annotations/{}", RELOADED_HASHES.replace('/', "~1"))) {
+        workload.annotations.insert(RELOADED_HASHES.to_string(), hashes.as_str().unwrap_or_default().to_string());
+    }
+    let template = "/spec/template/metadata/annotations";
+    if let Some(source) = patch.pointer(&format!("{template}/{}", LAST_RELOADED_FROM.replace('/', "~1"))) {
+        workload
+            .template
+            .annotations
+            .insert(LAST_RELOADED_FROM.to_string(), source.as_str().unwrap_or_default().to_string());
+    }
+    let env = patch.pointer("/spec/template/spec/containers/0/env/0");
+    if let (Some(env), Some(c)) = (env, workload.template.containers.get_mut(container)) {
+        let name = env["name"].as_str().unwrap_or_default().to_string();
+        c.recorded.retain(|(n, _)| *n != name);
+        if let Some(value) = env["value"].as_str() {
+            c.recorded.push((name, value.to_string()));
+        }
+    }
+}
+
 fn plan_env_var(
     workload: &Workload,
     kind: ResourceKind,
@@ -432,6 +483,28 @@ mod tests {
         ] } }),
         );
         assert_eq!(template["spec"]["containers"][0]["env"], json!([{ "name": "X", "value": "1" }]));
+    }
+
+    #[test]
+    fn a_combined_write_records_every_resource_in_both_strategies() {
+        let items = [
+            Item { kind: ResourceKind::ConfigMap, name: "config".into(), container: 0, target: Target::Hash(hash()) },
+            Item { kind: ResourceKind::Secret, name: "db".into(), container: 0, target: Target::Hash(hash()) },
+        ];
+        let env = plan_all(Strategy::EnvVars, &workload(), &items, 1).expect("both to record");
+        let vars = env.pointer("/spec/template/spec/containers/0/env").and_then(Value::as_array).expect("env list");
+        let names: Vec<&str> = vars.iter().filter_map(|v| v["name"].as_str()).collect();
+        assert_eq!(names, ["STAKATER_CONFIG_CONFIGMAP", "STAKATER_DB_SECRET"]);
+        let ann = plan_all(Strategy::Annotations, &workload(), &items, 1).expect("both to record");
+        let hashes = ann.pointer("/metadata/annotations").and_then(|a| a[RELOADED_HASHES].as_str()).expect("record");
+        let hashes: BTreeMap<String, String> = serde_json::from_str(hashes).expect("JSON");
+        assert_eq!(hashes.keys().collect::<Vec<_>>(), ["CONFIGMAP/config", "SECRET/db"], "neither hash is lost");
+        let mut done = workload();
+        done.template.containers[0].recorded = vec![
+            ("STAKATER_CONFIG_CONFIGMAP".into(), hash().to_string()),
+            ("STAKATER_DB_SECRET".into(), hash().to_string()),
+        ];
+        assert_eq!(plan_all(Strategy::EnvVars, &done, &items, 1), None, "nothing to write when every hash is recorded");
     }
 
     #[test]

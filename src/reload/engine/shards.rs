@@ -111,6 +111,9 @@ impl Engine {
             }
             let ring = self.config.ring.clone();
             self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
+            // Deferred writes are dropped: their changes were never marked handled, so the
+            // next owner acts on them again.
+            self.deferred.forget(|ns| ring.shard_of(ns) == shard);
             info!(shard, "shard let go");
         }
         for &shard in wanted {

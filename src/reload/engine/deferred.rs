@@ -1,0 +1,256 @@
+//! Writes that do not go out at once: coalesced (a window collects the changes of several
+//! resources of one workload into one write) or held to the rollout budget (at most so many
+//! writes a second, served round-robin across namespaces).
+//!
+//! ```text
+//!  change of R, workload W ─▶ pending[W] += R, holds[R] += W
+//!        window > 0: W waits in `windows` until first change + window
+//!        then W is ready ─▶ round-robin by namespace ─▶ one write for all of W's resources
+//!  written ─▶ holds[R] -= W; R's change is handled (checkpoint) once holds[R] is empty
+//! ```
+//! A change is marked handled only when every write it caused is done, so a restart or a
+//! handoff with writes still pending acts on the change again (writes are idempotent).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::time::DelayQueue;
+
+use crate::watch::{DataHash, ResourceKey, WorkloadKey};
+
+/// What a resource waits for: the hash of its last processed change (what the checkpoint
+/// records once every workload is written) and the workloads still to write.
+struct Hold {
+    hash: Option<DataHash>,
+    workloads: BTreeSet<WorkloadKey>,
+}
+
+#[derive(Default)]
+pub(super) struct Deferred {
+    /// Per workload, the resources its next write records.
+    pending: HashMap<WorkloadKey, BTreeSet<ResourceKey>>,
+    holds: HashMap<ResourceKey, Hold>,
+    /// Workloads whose window is open (or whose failed write waits for its retry).
+    pub(super) windows: DelayQueue<WorkloadKey>,
+    waiting: HashMap<WorkloadKey, tokio_util::time::delay_queue::Key>,
+    /// Workloads whose write may go, per namespace.
+    ready: BTreeMap<Arc<str>, VecDeque<WorkloadKey>>,
+    /// The namespace served last (round-robin continues after it).
+    last_namespace: Option<Arc<str>>,
+    /// With a budget, the time between two writes, and the earliest next one.
+    spacing: Option<Duration>,
+    next_write: Option<Instant>,
+}
+
+impl Deferred {
+    /// `per_second`: the rollout budget (`None`: no budget).
+    pub(super) fn new(per_second: Option<f64>) -> Self {
+        let spacing = per_second.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        Deferred { spacing, ..Deferred::default() }
+    }
+
+    pub(super) fn has_budget(&self) -> bool {
+        self.spacing.is_some()
+    }
+
+    /// Workload `workload` is to record `resource` (whose processed change has `hash`; `None`
+    /// for a deletion), in one write after `window` (zero: as soon as the budget allows).
+    /// A window already open for the workload is not extended.
+    pub(super) fn add(
+        &mut self,
+        workload: &WorkloadKey,
+        resource: &ResourceKey,
+        hash: Option<DataHash>,
+        window: Duration,
+    ) {
+        let hold = self.holds.entry(resource.clone()).or_insert(Hold { hash, workloads: BTreeSet::new() });
+        hold.hash = hash;
+        hold.workloads.insert(workload.clone());
+        let items = self.pending.entry(workload.clone()).or_default();
+        let new = items.is_empty();
+        items.insert(resource.clone());
+        if !new {
+            return;
+        }
+        if window.is_zero() {
+            self.make_ready(workload.clone());
+        } else {
+            let key = self.windows.insert(workload.clone(), window);
+            self.waiting.insert(workload.clone(), key);
+        }
+    }
+
+    /// Whether a workload is still to write the resource's last processed change.
+    pub(super) fn is_held(&self, resource: &ResourceKey) -> bool {
+        self.holds.get(resource).is_some_and(|h| !h.workloads.is_empty())
+    }
+
+    /// The window (or retry delay) of `workload` is over.
+    pub(super) fn window_over(&mut self, workload: WorkloadKey) {
+        self.waiting.remove(&workload);
+        if self.pending.contains_key(&workload) {
+            self.make_ready(workload);
+        }
+    }
+
+    fn make_ready(&mut self, workload: WorkloadKey) {
+        let queue = self.ready.entry(workload.namespace.clone()).or_default();
+        if !queue.contains(&workload) {
+            queue.push_back(workload);
+        }
+    }
+
+    /// When the next ready write may go (now, or when the budget allows); `None`: none ready.
+    pub(super) fn wake_at(&self, now: Instant) -> Option<Instant> {
+        (!self.ready.is_empty()).then(|| self.next_write.map_or(now, |at| at.max(now)))
+    }
+
+    /// The next workload to write now, round-robin across namespaces; takes its resources.
+    /// `None` when none is ready or the budget says wait.
+    pub(super) fn next(&mut self, now: Instant) -> Option<(WorkloadKey, BTreeSet<ResourceKey>)> {
+        if self.next_write.is_some_and(|at| at > now) {
+            return None;
+        }
+        let namespace = match &self.last_namespace {
+            Some(last) => self
+                .ready
+                .range::<Arc<str>, _>((std::ops::Bound::Excluded(last.clone()), std::ops::Bound::Unbounded))
+                .next()
+                .or_else(|| self.ready.iter().next())
+                .map(|(ns, _)| ns.clone()),
+            None => self.ready.keys().next().cloned(),
+        }?;
+        let queue = self.ready.get_mut(&namespace)?;
+        let workload = queue.pop_front()?;
+        if queue.is_empty() {
+            self.ready.remove(&namespace);
+        }
+        self.last_namespace = Some(namespace);
+        if let Some(spacing) = self.spacing {
+            self.next_write = Some(self.next_write.map_or(now, |at| at.max(now)) + spacing);
+        }
+        let items = self.pending.remove(&workload).unwrap_or_default();
+        Some((workload, items))
+    }
+
+    /// The write of `workload` failed: its resources wait for `delay`, then go again.
+    pub(super) fn retry(&mut self, workload: WorkloadKey, items: BTreeSet<ResourceKey>, delay: Duration) {
+        self.pending.entry(workload.clone()).or_default().extend(items);
+        if !self.waiting.contains_key(&workload) {
+            let key = self.windows.insert(workload.clone(), delay);
+            self.waiting.insert(workload, key);
+        }
+    }
+
+    /// `workload` records these resources now (or never will: it is gone). Returns the
+    /// resources no workload is left to write for, with the hash their change had.
+    pub(super) fn done(
+        &mut self,
+        workload: &WorkloadKey,
+        items: &BTreeSet<ResourceKey>,
+    ) -> Vec<(ResourceKey, Option<DataHash>)> {
+        let mut released = Vec::new();
+        for resource in items {
+            let Some(hold) = self.holds.get_mut(resource) else { continue };
+            hold.workloads.remove(workload);
+            // Pending again (a later change of it came in meanwhile): still held.
+            if hold.workloads.is_empty()
+                && let Some(hold) = self.holds.remove(resource)
+            {
+                released.push((resource.clone(), hold.hash));
+            }
+        }
+        released
+    }
+
+    /// Drop everything of the namespaces `lost` says (a shard let go): the next owner acts on
+    /// those changes again, as the checkpoint never marked them handled.
+    pub(super) fn forget(&mut self, lost: impl Fn(&str) -> bool) {
+        self.pending.retain(|w, _| !lost(&w.namespace));
+        self.holds.retain(|r, _| !lost(&r.namespace));
+        self.ready.retain(|ns, _| !lost(ns));
+        let gone: Vec<WorkloadKey> = self.waiting.keys().filter(|w| lost(&w.namespace)).cloned().collect();
+        for workload in gone {
+            if let Some(key) = self.waiting.remove(&workload) {
+                self.windows.remove(&key);
+            }
+        }
+    }
+
+    /// Workloads with a write pending.
+    pub(super) fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::{ResourceKind, WorkloadKind};
+
+    fn w(ns: &str, name: &str) -> WorkloadKey {
+        WorkloadKey { kind: WorkloadKind::Deployment, namespace: ns.into(), name: name.into() }
+    }
+
+    fn r(ns: &str, name: &str) -> ResourceKey {
+        ResourceKey { kind: ResourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_collects_the_resources_of_one_workload_into_one_write() {
+        let mut d = Deferred::new(None);
+        let hash = Some(DataHash::of_bytes(b"1"));
+        d.add(&w("a", "web"), &r("a", "config"), hash, Duration::from_secs(2));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        d.add(&w("a", "web"), &r("a", "secret"), hash, Duration::from_secs(2));
+        assert!(d.wake_at(Instant::now()).is_none(), "nothing ready inside the window");
+        let opened = Instant::now();
+        let expired = futures::StreamExt::next(&mut d.windows).await.expect("the window ends");
+        assert_eq!(Instant::now().duration_since(opened), Duration::from_millis(1900), "the first change opened it");
+        d.window_over(expired.into_inner());
+        let (workload, items) = d.next(Instant::now()).expect("ready");
+        assert_eq!((workload, items.len()), (w("a", "web"), 2), "one write records both");
+        assert!(d.is_held(&r("a", "config")), "handled only once written");
+        let released = d.done(&w("a", "web"), &items);
+        assert_eq!(released.len(), 2);
+        assert!(!d.is_held(&r("a", "config")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_spaces_writes_and_serves_namespaces_in_turn() {
+        let mut d = Deferred::new(Some(10.0));
+        for name in ["a1", "a2", "a3"] {
+            d.add(&w("a", name), &r("a", "shared"), None, Duration::ZERO);
+        }
+        d.add(&w("b", "b1"), &r("b", "shared"), None, Duration::ZERO);
+        let start = Instant::now();
+        let mut order = Vec::new();
+        while let Some(at) = d.wake_at(Instant::now()) {
+            tokio::time::sleep_until(at).await;
+            let (workload, items) = d.next(Instant::now()).expect("due");
+            order.push((workload.name.to_string(), Instant::now().duration_since(start)));
+            d.done(&workload, &items);
+        }
+        let names: Vec<&str> = order.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a1", "b1", "a2", "a3"], "namespaces take turns");
+        let times: Vec<u128> = order.iter().map(|(_, t)| t.as_millis()).collect();
+        assert_eq!(times, [0, 100, 200, 300], "one write per 100 ms at 10/s");
+    }
+
+    #[test]
+    fn a_resource_held_by_two_workloads_is_released_by_the_last() {
+        let mut d = Deferred::new(None);
+        let (one, two, res) = (w("a", "one"), w("a", "two"), r("a", "cm"));
+        d.add(&one, &res, None, Duration::ZERO);
+        d.add(&two, &res, None, Duration::ZERO);
+        let (first, items) = d.next(Instant::now()).expect("ready");
+        assert!(d.done(&first, &items).is_empty());
+        let (second, items) = d.next(Instant::now()).expect("ready");
+        assert_eq!(d.done(&second, &items).len(), 1);
+        d.add(&one, &res, None, Duration::ZERO);
+        d.forget(|ns| ns == "a");
+        assert_eq!((d.len(), d.is_held(&res), d.wake_at(Instant::now())), (0, false, None));
+    }
+}

@@ -1,0 +1,233 @@
+//! Coalesced rollouts and the rollout budget on the real API server: changes of a ConfigMap and
+//! a Secret 100 ms apart make one rollout within a window and two without; a restart inside
+//! the window loses neither hash; 300 Deployments on one ConfigMap are rolled at no more than
+//! the budget a second, none lost across a SIGTERM of the replica serving them.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use reloader_fleet::reload::{COALESCE_WINDOW, Strategy};
+use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec};
+use serde_json::json;
+use support::controller::{Controller, start_fleet_replica_with};
+use support::fixtures::{
+    Kind, Workload, cm_hash, create_configmap, create_secret, generation, patch_configmap, patch_secret, secret_hash,
+};
+use support::scenario::{Ctx, scenario, wait_stored};
+use support::{kubeconfig_path, wait_for, with_temp_ns};
+
+/// A Deployment `name` using ConfigMap `cm` and Secret `sec` through envFrom.
+fn uses_both(name: &str) -> Workload {
+    Workload::new(Kind::Deployment, name).auto().container(json!({
+        "name": "app", "envFrom": [{ "configMapRef": { "name": "cm" } }, { "secretRef": { "name": "sec" } }]
+    }))
+}
+
+async fn replica_sets(client: &Client, ns: &str, deployment: &str) -> usize {
+    let list = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app={deployment}")))
+        .await
+        .expect("list ReplicaSets");
+    list.items.len()
+}
+
+/// Change `cm`, then `sec` 100 ms later.
+async fn change_both(ctx: &Ctx, value: &str) {
+    patch_configmap(&ctx.client, &ctx.ns, "cm", json!({ "data": { "k": value } })).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    patch_secret(&ctx.client, &ctx.ns, "sec", json!({ "stringData": { "k": value } })).await;
+}
+
+async fn wait_both(ctx: &Ctx, name: &str, value: &str) {
+    ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &cm_hash(&[("k", value)])).await;
+    ctx.wait_reloaded(Kind::Deployment, name, Sec, "sec", &secret_hash(&[("k", value)])).await;
+}
+
+#[tokio::test]
+async fn a_configmap_and_a_secret_changed_100ms_apart_are_one_rollout_within_the_window() {
+    scenario("coalesce", Strategy::EnvVars, &["--coalesce-window=2s"], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        create_secret(c, ns, "sec", &[("k", "1")]).await;
+        uses_both("coalesced").create(c, ns).await;
+        uses_both("one-by-one").annotate(COALESCE_WINDOW, "0").create(c, ns).await;
+        wait_stored(&controller, 2).await;
+        for name in ["coalesced", "one-by-one"] {
+            support::fixtures::wait_deployment_ready(c, ns, name).await;
+        }
+        let before = (generation(c, ns, Kind::Deployment, "coalesced").await, generation(c, ns, Kind::Deployment, "one-by-one").await);
+
+        change_both(&ctx, "2").await;
+        wait_both(&ctx, "coalesced", "2").await;
+        wait_both(&ctx, "one-by-one", "2").await;
+        let coalesced = generation(c, ns, Kind::Deployment, "coalesced").await - before.0;
+        let one_by_one = generation(c, ns, Kind::Deployment, "one-by-one").await - before.1;
+        let sets = (replica_sets(c, ns, "coalesced").await, replica_sets(c, ns, "one-by-one").await);
+        println!("2 s window: {coalesced} write(s), {} new ReplicaSet(s); window 0: {one_by_one} writes, {} new ReplicaSet(s)", sets.0 - 1, sets.1 - 1);
+        assert_eq!((coalesced, sets.0), (1, 2), "one write, one new ReplicaSet within the window");
+        assert_eq!(one_by_one, 2, "a write per change without a window");
+        controller
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restart_inside_the_window_loses_neither_hash() {
+    with_temp_ns("coalesce-restart", |client, ns| async move {
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        create_secret(c, ns, "sec", &[("k", "1")]).await;
+        uses_both("web").create(c, ns).await;
+        let first = ctx.start_controller("first", &["--coalesce-window=3s"]).await;
+        wait_stored(&first, 1).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        change_both(&ctx, "2").await;
+        // Both changes are pending in the window when the replica stops.
+        wait_for("both changes deferred", || async {
+            (first.metric("reloader_deferred_writes").await == 1.0
+                && log_contains(&first, "change handled in part; writes deferred", "name=sec"))
+            .then_some(())
+        })
+        .await;
+        first.stop().await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "nothing was written inside the window");
+
+        let second = ctx.start_controller("second", &["--coalesce-window=3s"]).await;
+        wait_both(&ctx, "web", "2").await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "both hashes in one write");
+        second.stop().await;
+    })
+    .await;
+}
+
+/// Per second (the API server's clock, from each Deployment's managedFields), how many of the
+/// Deployments were last written by the controller in it.
+async fn writes_per_second(client: &Client, ns: &str) -> BTreeMap<String, usize> {
+    let list = Api::<Deployment>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list");
+    let mut counts = BTreeMap::new();
+    for d in list.items {
+        let time = d
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.manager.as_deref() == Some("Reloader"))
+            .find_map(|m| m.time.clone());
+        if let Some(time) = time {
+            *counts.entry(time.0.to_string()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+const DEPLOYMENTS: usize = 300;
+const BUDGET: usize = 50;
+
+/// `DEPLOYMENTS` auto Deployments with no replicas (the budget is about writes, not pods),
+/// all using ConfigMap `shared`.
+async fn many_deployments(client: &Client, ns: &str) {
+    create_configmap(client, ns, "shared", &[("k", "1")]).await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    for i in 0..DEPLOYMENTS {
+        let name = format!("web-{i:03}");
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": name, "annotations": { "reloader.stakater.com/auto": "true" } },
+            "spec": { "replicas": 0, "selector": { "matchLabels": { "app": name } }, "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "app", "image": "x", "envFrom": [{ "configMapRef": { "name": "shared" } }] }] }
+            } }
+        }))
+        .expect("deployment JSON");
+        api.create(&PostParams::default(), &d).await.expect("create deployment");
+    }
+}
+
+/// How many of the Deployments record `hash` for `shared`.
+async fn rolled(ctx: &Ctx, hash: &str) -> usize {
+    let mut rolled = 0;
+    for i in 0..DEPLOYMENTS {
+        if ctx.recorded(Kind::Deployment, &format!("web-{i:03}"), Cm, "shared").await.as_deref() == Some(hash) {
+            rolled += 1;
+        }
+    }
+    rolled
+}
+
+async fn wait_rolled(ctx: &Ctx, value: &str, at_least: usize) {
+    let hash = cm_hash(&[("k", value)]);
+    wait_for(&format!("{at_least} Deployments to record {hash}"), || async {
+        (rolled(ctx, &hash).await >= at_least).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_budget_spreads_300_rollouts_at_50_a_second_and_loses_none_across_a_sigterm() {
+    with_temp_ns("budget", |client, home| async move {
+        let ns = format!("{home}-apps");
+        support::fixtures::create_namespace(&client, &ns, json!({ support::TEST_LABEL: "budget" })).await;
+        many_deployments(&client, &ns).await;
+        let budget = format!("--max-rollouts-per-second={BUDGET}");
+        let scope = format!("--namespaces={ns}");
+        let args = [scope.as_str(), budget.as_str()];
+
+        // One replica: the write rate never exceeds the budget.
+        let a = start_fleet_replica_with(&home, &format!("{home}-a"), &args, &kubeconfig_path()).await;
+        wait_stored(&a, DEPLOYMENTS).await;
+        patch_configmap(&client, &ns, "shared", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
+        wait_rolled(&ctx, "2", DEPLOYMENTS).await;
+        let counts = writes_per_second(&client, &ns).await;
+        println!("writes per second, one replica, budget {BUDGET}/s: {counts:?}");
+        assert_eq!(counts.values().sum::<usize>(), DEPLOYMENTS);
+        assert!(counts.values().all(|n| *n <= BUDGET), "a second above the budget: {counts:?}");
+        assert!(
+            counts.len() >= DEPLOYMENTS / BUDGET,
+            "spread over at least {} seconds: {counts:?}",
+            DEPLOYMENTS / BUDGET
+        );
+
+        // Two replicas; the one serving the namespace gets a SIGTERM mid-way.
+        let b = start_fleet_replica_with(&home, &format!("{home}-b"), &args, &kubeconfig_path()).await;
+        let serving = wait_for("the 16 shards balanced, the namespace served by one replica", || async {
+            let mut serving = None;
+            for (i, replica) in [&a, &b].into_iter().enumerate() {
+                if replica.metric("reloader_shards_active").await != 8.0 {
+                    return None;
+                }
+                if replica.metric("reloader_namespaces_owned").await == 1.0 {
+                    serving = Some(i);
+                }
+            }
+            serving
+        })
+        .await;
+        let (serving, other) = if serving == 0 { (a, b) } else { (b, a) };
+        patch_configmap(&client, &ns, "shared", json!({ "data": { "k": "3" } })).await;
+        wait_rolled(&ctx, "3", DEPLOYMENTS / 3).await;
+        serving.stop().await;
+        wait_rolled(&ctx, "3", DEPLOYMENTS).await;
+        let counts = writes_per_second(&client, &ns).await;
+        println!("writes per second across the SIGTERM (budget {BUDGET}/s per replica): {counts:?}");
+        assert!(counts.values().all(|n| *n <= 2 * BUDGET), "{counts:?}");
+        for i in 0..DEPLOYMENTS {
+            let name = format!("web-{i:03}");
+            assert_eq!(generation(&client, &ns, Kind::Deployment, &name).await, 3, "{name}: one write per change");
+        }
+        other.stop().await;
+        support::fixtures::delete_namespaces(&client, &[ns]).await;
+    })
+    .await;
+}
+
+/// Whether the controller's log has a line containing both parts.
+fn log_contains(controller: &Controller, line_part: &str, and: &str) -> bool {
+    let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+    log.lines().any(|l| l.contains(line_part) && l.contains(and))
+}
