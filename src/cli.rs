@@ -206,6 +206,10 @@ pub struct Args {
     /// turn across namespaces, none dropped; 0 means no budget.
     #[arg(long, env = "MAX_ROLLOUTS_PER_SECOND", default_value = "0", value_parser = parse_rate, global = true)]
     pub max_rollouts_per_second: f64,
+    /// At most this many workloads rolling out at once per replica: a write waits until an
+    /// earlier one's rollout is complete (`kubectl rollout status`), or 10 minutes; 0: no limit.
+    #[arg(long, env = "MAX_CONCURRENT_ROLLOUTS", default_value = "0", global = true)]
+    pub max_concurrent_rollouts: usize,
 
     /// Check Reloader annotations when objects are stored and report each mistake (a misspelt
     /// key, `match` on a workload, a reload list naming a missing ConfigMap...) once as a

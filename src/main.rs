@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         annotation_lint,
         coalesce_window,
         max_rollouts_per_second,
+        max_concurrent_rollouts,
         shards,
         command,
         sources: _,
@@ -218,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
         webhook: settings.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
         coalesce_window,
         max_rollouts_per_second: (max_rollouts_per_second > 0.0).then_some(max_rollouts_per_second),
+        max_concurrent_rollouts: (max_concurrent_rollouts > 0).then_some(max_concurrent_rollouts),
     };
     if let Some(url) = &settings.webhook_url {
         info!(url = %url.origin().ascii_serialization(), "webhook-only mode: changes are sent to the webhook and no workload is written");

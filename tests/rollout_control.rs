@@ -231,3 +231,65 @@ fn log_contains(controller: &Controller, line_part: &str, and: &str) -> bool {
     let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
     log.lines().any(|l| l.contains(line_part) && l.contains(and))
 }
+
+/// Deployments of `names` whose rollout is not complete, by `kubectl rollout status`'s rule.
+async fn rolling(client: &Client, ns: &str) -> usize {
+    let list = Api::<Deployment>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list");
+    list.items
+        .iter()
+        .filter(|d| {
+            let (Some(spec), status) = (d.spec.as_ref(), d.status.clone().unwrap_or_default()) else { return false };
+            let wanted = spec.replicas.unwrap_or(1);
+            let updated = status.updated_replicas.unwrap_or(0);
+            status.observed_generation.unwrap_or(0) < d.metadata.generation.unwrap_or(0)
+                || updated < wanted
+                || status.replicas.unwrap_or(0) > updated
+                || status.available_replicas.unwrap_or(0) < updated
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn at_most_two_deployments_roll_at_once_with_max_concurrent_rollouts_2() {
+    scenario("concurrent", Strategy::EnvVars, &["--max-concurrent-rollouts=2"], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        let names: Vec<String> = (0..8).map(|i| format!("web-{i}")).collect();
+        for name in &names {
+            Workload::new(Kind::Deployment, name).auto().env_from_configmap("cm").create(c, ns).await;
+        }
+        wait_stored(&controller, names.len()).await;
+        for name in &names {
+            support::fixtures::wait_deployment_ready(c, ns, name).await;
+        }
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let hash = cm_hash(&[("k", "2")]);
+        let (most, most_in_flight) = (std::cell::Cell::new(0), std::cell::Cell::new(0.0f64));
+        let started = tokio::time::Instant::now();
+        wait_for("every Deployment rolled out with the new hash", || async {
+            most.set(most.get().max(rolling(c, ns).await));
+            most_in_flight.set(most_in_flight.get().max(controller.metric("reloader_rollouts_in_flight").await));
+            let mut recorded = 0;
+            for name in &names {
+                if ctx.recorded(Kind::Deployment, name, Cm, "cm").await.as_deref() == Some(hash.as_str()) {
+                    recorded += 1;
+                }
+            }
+            (recorded == names.len() && rolling(c, ns).await == 0).then_some(())
+        })
+        .await;
+        let (most, most_in_flight) = (most.get(), most_in_flight.get());
+        println!(
+            "8 Deployments with --max-concurrent-rollouts=2: rolled out in {:?}, at most {most} rolling at once \
+             (sampled), at most {most_in_flight} in flight by the controller's count",
+            started.elapsed()
+        );
+        assert!(most <= 2, "{most} Deployments rolled at once");
+        assert!(most_in_flight <= 2.0);
+        for name in &names {
+            assert_eq!(generation(c, ns, Kind::Deployment, name).await, 2, "{name}: one write");
+        }
+        controller
+    })
+    .await;
+}

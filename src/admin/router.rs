@@ -165,6 +165,8 @@ mod tests {
                 annotations: Default::default(),
                 template: PodTemplate { containers: vec![Container::default()], ..Default::default() },
                 paused: false,
+                generation: 1,
+                rolled_out: true,
                 raw: None,
             });
         }

@@ -78,6 +78,8 @@ pub struct Config {
     pub coalesce_window: Duration,
     /// `--max-rollouts-per-second`: the rollout budget (`None`: none).
     pub max_rollouts_per_second: Option<f64>,
+    /// `--max-concurrent-rollouts`: workloads rolling out at once, at most (`None`: no limit).
+    pub max_concurrent_rollouts: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +147,7 @@ pub async fn run(
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
     let writes = Writes { client: client.clone(), compactor: config.compactor.clone() };
     let rules = Rules::new(config.keys.clone(), config.options.clone());
-    let config_budget = config.max_rollouts_per_second;
+    let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
     let mut engine = Engine {
         rules,
         client,
@@ -165,7 +167,7 @@ pub async fn run(
         owned: owned.clone(),
         active,
         alerts,
-        deferred: Deferred::new(config_budget),
+        deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
@@ -182,6 +184,14 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
             Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
+            // Due deferred writes before new changes: a steady stream of changes must not
+            // starve them.
+            Some(expired) = futures::StreamExt::next(&mut engine.deferred.windows), if !engine.deferred.windows.is_empty() => {
+                engine.deferred.window_over(expired.into_inner());
+            }
+            () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
+                engine.write_deferred().await;
+            }
             Some(change) = changes.recv() => engine.handle(change, None).await,
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
@@ -190,12 +200,6 @@ pub async fn run(
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
                 engine.handle(Change { key, observed, previous: None, cause: Cause::Event }, None).await;
-            }
-            Some(expired) = futures::StreamExt::next(&mut engine.deferred.windows), if !engine.deferred.windows.is_empty() => {
-                engine.deferred.window_over(expired.into_inner());
-            }
-            () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
-                engine.write_deferred().await;
             }
             _ = tick.tick() => {
                 engine.resume_paused().await;
@@ -584,10 +588,12 @@ impl Engine {
 
     /// Write the deferred writes that are due (one, with a budget; all, without).
     async fn write_deferred(&mut self) {
+        self.deferred.settle(&self.store, Instant::now());
         while let Some((key, items)) = self.deferred.next(Instant::now()) {
             self.write_pending(key, items).await;
         }
         self.metrics.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// One write that records every resource of `items` on the workload, from their state now.
@@ -617,6 +623,12 @@ impl Engine {
             Some(patch) => self.write_reload(&workload, patch, &sources).await,
             None => WriteResult::NotNeeded,
         };
+        if result == WriteResult::Written
+            && let Some(written) = self.overlay.get(&key)
+        {
+            let generation = written.generation;
+            self.deferred.started(&key, generation, Instant::now());
+        }
         match result {
             WriteResult::Written | WriteResult::NotNeeded => {
                 self.write_attempts.remove(&key);
@@ -722,6 +734,7 @@ enum Outcome {
     Failed,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum WriteResult {
     Written,
     NotNeeded,

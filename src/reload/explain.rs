@@ -454,6 +454,8 @@ mod tests {
                 ..Default::default()
             },
             paused: false,
+            generation: 1,
+            rolled_out: true,
             raw: None,
         });
         store

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub alerts: IntCounterVec,
     /// `reloader_deferred_writes`: workloads with a coalesced or budget-held write pending.
     pub deferred_writes: prometheus::IntGauge,
+    /// `reloader_rollouts_in_flight`: written workloads whose rollout counts against
+    /// `--max-concurrent-rollouts` (not complete yet).
+    pub rollouts_in_flight: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -104,6 +107,11 @@ impl Metrics {
             "Workloads with a coalesced or rollout-budget write pending",
         )?;
         registry.register(Box::new(deferred_writes.clone()))?;
+        let rollouts_in_flight = prometheus::IntGauge::new(
+            "reloader_rollouts_in_flight",
+            "Written workloads whose rollout is not complete yet (with --max-concurrent-rollouts)",
+        )?;
+        registry.register(Box::new(rollouts_in_flight.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -138,6 +146,7 @@ impl Metrics {
             shards_active,
             alerts,
             deferred_writes,
+            rollouts_in_flight,
         })
     }
 

@@ -109,6 +109,8 @@ mod tests {
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             template: PodTemplate::default(),
             paused,
+            generation: 1,
+            rolled_out: true,
             raw: None,
         }
     }

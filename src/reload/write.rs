@@ -288,6 +288,8 @@ mod tests {
             annotations: BTreeMap::new(),
             template: PodTemplate::default(),
             paused: false,
+            generation: 1,
+            rolled_out: true,
             raw: None,
         }
     }

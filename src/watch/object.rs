@@ -135,6 +135,11 @@ pub struct Workload {
     pub template: PodTemplate,
     /// `spec.paused` (Deployments only; always false for other kinds).
     pub paused: bool,
+    /// `metadata.generation`: which spec the rollout state below is about.
+    pub generation: i64,
+    /// Whether the last pod template change is rolled out (Deployments, StatefulSets and
+    /// DaemonSets report it; other kinds count as rolled out at once).
+    pub rolled_out: bool,
     /// What a write of this kind needs beyond the slim view, as compact JSON (the job
     /// template of a CronJob, the spec of a Job, the containers of a custom resource), kept
     /// only for workloads whose annotations (or `--auto-reload-all`) may make them reload.

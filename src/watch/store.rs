@@ -272,6 +272,8 @@ mod tests {
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
             template: PodTemplate { containers: vec![container], ..Default::default() },
             paused: false,
+            generation: 1,
+            rolled_out: true,
             raw: None,
         }
     }

@@ -118,6 +118,8 @@ pub struct SlimDeployment {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: TemplateSpec,
+    #[serde(default)]
+    pub status: WireStatus,
 }
 slim_resource!(SlimDeployment, "apps", "v1", "Deployment", "deployments");
 
@@ -126,6 +128,8 @@ pub struct SlimDaemonSet {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: TemplateSpec,
+    #[serde(default)]
+    pub status: WireStatus,
 }
 slim_resource!(SlimDaemonSet, "apps", "v1", "DaemonSet", "daemonsets");
 
@@ -134,6 +138,8 @@ pub struct SlimStatefulSet {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: TemplateSpec,
+    #[serde(default)]
+    pub status: WireStatus,
 }
 slim_resource!(SlimStatefulSet, "apps", "v1", "StatefulSet", "statefulsets");
 
@@ -184,6 +190,8 @@ pub trait SlimWorkload:
     const KIND: WorkloadKind;
     fn template(&self) -> &WirePodTemplate;
     fn paused(&self) -> bool;
+    /// Whether the last change of the pod template is rolled out (`kubectl rollout status`).
+    fn rolled_out(&self) -> bool;
 }
 
 macro_rules! slim_workload {
@@ -196,15 +204,55 @@ macro_rules! slim_workload {
             fn paused(&self) -> bool {
                 self.spec.paused
             }
+            fn rolled_out(&self) -> bool {
+                rollout_complete(Self::KIND, self.metadata.generation, &self.spec, &self.status)
+            }
         }
     };
+}
+
+/// `kubectl rollout status`'s rule: the controller saw the latest spec, and every replica is
+/// updated and available (old ones gone).
+fn rollout_complete(kind: WorkloadKind, generation: Option<i64>, spec: &TemplateSpec, status: &WireStatus) -> bool {
+    let n = |v: Option<i32>| v.unwrap_or(0);
+    let observed = status.observed_generation.unwrap_or(0) >= generation.unwrap_or(0);
+    let wanted = spec.replicas.unwrap_or(1);
+    let updated = n(status.updated_replicas);
+    observed
+        && match kind {
+            WorkloadKind::Deployment => {
+                updated >= wanted && n(status.replicas) <= updated && n(status.available_replicas) >= updated
+            }
+            WorkloadKind::StatefulSet => updated >= wanted && n(status.ready_replicas) >= wanted,
+            WorkloadKind::DaemonSet => {
+                let desired = n(status.desired_number_scheduled);
+                n(status.updated_number_scheduled) >= desired && n(status.number_available) >= desired
+            }
+            _ => true,
+        }
 }
 slim_workload!(SlimDeployment, WorkloadKind::Deployment);
 slim_workload!(SlimDaemonSet, WorkloadKind::DaemonSet);
 slim_workload!(SlimStatefulSet, WorkloadKind::StatefulSet);
 
+/// The status fields that tell whether a rollout is complete (the union of the three kinds').
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireStatus {
+    pub observed_generation: Option<i64>,
+    pub replicas: Option<i32>,
+    pub updated_replicas: Option<i32>,
+    pub available_replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub desired_number_scheduled: Option<i32>,
+    pub updated_number_scheduled: Option<i32>,
+    pub number_available: Option<i32>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct TemplateSpec {
+    #[serde(default)]
+    pub replicas: Option<i32>,
     #[serde(default)]
     pub template: WirePodTemplate,
     /// Deployments only; other kinds have no such field.
@@ -412,6 +460,7 @@ impl Compactor {
     pub fn compact<K: SlimWorkload>(&self, object: &K) -> Option<Workload> {
         let mut workload = self.workload(K::KIND, object.meta(), object.template())?;
         workload.paused = object.paused();
+        workload.rolled_out = object.rolled_out();
         Some(workload)
     }
 
@@ -471,6 +520,8 @@ impl Compactor {
                 volumes: template.spec.volumes.iter().map(volume).collect(),
             },
             paused: false,
+            generation: meta.generation.unwrap_or(0),
+            rolled_out: true,
             raw: None,
         })
     }

@@ -154,6 +154,14 @@ impl Controller {
             .sum()
     }
 
+    /// Log lines of this start that tell of a call the RBAC refused. (The watch error count
+    /// cannot tell: a watch may also fail with 410 Gone and relist, which is no refusal.)
+    pub fn refused_calls(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let this_start = log.get(self.log_start as usize..).unwrap_or_default();
+        this_start.lines().filter(|l| l.to_ascii_lowercase().contains("forbidden")).map(str::to_string).collect()
+    }
+
     /// The controller's resident memory in KiB (`VmRSS` of its process).
     pub fn rss_kib(&self) -> u64 {
         let pid = self.child.as_ref().and_then(|c| c.id()).expect("running");

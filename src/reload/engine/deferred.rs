@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
-use crate::watch::{DataHash, ResourceKey, WorkloadKey};
+use crate::watch::{DataHash, ResourceKey, Store, WorkloadKey};
 
 /// What a resource waits for: the hash of its last processed change (what the checkpoint
 /// records once every workload is written) and the workloads still to write.
@@ -42,17 +42,56 @@ pub(super) struct Deferred {
     /// With a budget, the time between two writes, and the earliest next one.
     spacing: Option<Duration>,
     next_write: Option<Instant>,
+    /// `--max-concurrent-rollouts`: workloads written whose rollout is not complete yet, at
+    /// most this many.
+    max_in_flight: Option<usize>,
+    /// Those workloads: the generation written, and when.
+    in_flight: HashMap<WorkloadKey, (i64, Instant)>,
 }
 
+/// A rollout that has not completed after this long no longer holds a place in the
+/// concurrency budget (a stuck rollout must not stop every other).
+const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often a full concurrency budget is looked at again.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
+
 impl Deferred {
-    /// `per_second`: the rollout budget (`None`: no budget).
-    pub(super) fn new(per_second: Option<f64>) -> Self {
+    /// `per_second`: the rollout budget; `concurrent`: rollouts at once (`None`: no limit).
+    pub(super) fn new(per_second: Option<f64>, concurrent: Option<usize>) -> Self {
         let spacing = per_second.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
-        Deferred { spacing, ..Deferred::default() }
+        Deferred { spacing, max_in_flight: concurrent.filter(|n| *n > 0), ..Deferred::default() }
     }
 
+    /// Whether every write goes through here (a budget is set).
     pub(super) fn has_budget(&self) -> bool {
-        self.spacing.is_some()
+        self.spacing.is_some() || self.max_in_flight.is_some()
+    }
+
+    /// A write of `workload` (now at `generation`) started a rollout that counts against
+    /// `--max-concurrent-rollouts` until it completes.
+    pub(super) fn started(&mut self, workload: &WorkloadKey, generation: i64, now: Instant) {
+        if self.max_in_flight.is_some() {
+            self.in_flight.insert(workload.clone(), (generation, now));
+        }
+    }
+
+    /// Forget the rollouts that completed (per the store), whose workload is gone or paused,
+    /// or that ran past [`ROLLOUT_TIMEOUT`].
+    pub(super) fn settle(&mut self, store: &Store, now: Instant) {
+        self.in_flight.retain(|key, (generation, since)| {
+            let Some(w) = store.workload(key) else { return false };
+            let done = w.generation >= *generation && (w.rolled_out || w.paused);
+            !done && now.duration_since(*since) < ROLLOUT_TIMEOUT
+        });
+    }
+
+    /// Rollouts counted against the concurrency budget now.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn full(&self) -> bool {
+        self.max_in_flight.is_some_and(|max| self.in_flight.len() >= max)
     }
 
     /// Workload `workload` is to record `resource` (whose processed change has `hash`; `None`
@@ -104,13 +143,19 @@ impl Deferred {
 
     /// When the next ready write may go (now, or when the budget allows); `None`: none ready.
     pub(super) fn wake_at(&self, now: Instant) -> Option<Instant> {
-        (!self.ready.is_empty()).then(|| self.next_write.map_or(now, |at| at.max(now)))
+        if self.ready.is_empty() {
+            return None;
+        }
+        if self.full() {
+            return Some(now + IN_FLIGHT_POLL);
+        }
+        Some(self.next_write.map_or(now, |at| at.max(now)))
     }
 
     /// The next workload to write now, round-robin across namespaces; takes its resources.
     /// `None` when none is ready or the budget says wait.
     pub(super) fn next(&mut self, now: Instant) -> Option<(WorkloadKey, BTreeSet<ResourceKey>)> {
-        if self.next_write.is_some_and(|at| at > now) {
+        if self.next_write.is_some_and(|at| at > now) || self.full() {
             return None;
         }
         let namespace = match &self.last_namespace {
@@ -171,6 +216,7 @@ impl Deferred {
         self.pending.retain(|w, _| !lost(&w.namespace));
         self.holds.retain(|r, _| !lost(&r.namespace));
         self.ready.retain(|ns, _| !lost(ns));
+        self.in_flight.retain(|w, _| !lost(&w.namespace));
         let gone: Vec<WorkloadKey> = self.waiting.keys().filter(|w| lost(&w.namespace)).cloned().collect();
         for workload in gone {
             if let Some(key) = self.waiting.remove(&workload) {
@@ -200,7 +246,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_window_collects_the_resources_of_one_workload_into_one_write() {
-        let mut d = Deferred::new(None);
+        let mut d = Deferred::new(None, None);
         let hash = Some(DataHash::of_bytes(b"1"));
         d.add(&w("a", "web"), &r("a", "config"), hash, Duration::from_secs(2));
         tokio::time::advance(Duration::from_millis(100)).await;
@@ -220,7 +266,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_budget_spaces_writes_and_serves_namespaces_in_turn() {
-        let mut d = Deferred::new(Some(10.0));
+        let mut d = Deferred::new(Some(10.0), None);
         for name in ["a1", "a2", "a3"] {
             d.add(&w("a", name), &r("a", "shared"), None, Duration::ZERO);
         }
@@ -240,8 +286,38 @@ mod tests {
     }
 
     #[test]
+    fn at_most_so_many_rollouts_run_at_once() {
+        let (store, writer) = Store::new(Vec::new());
+        let mut d = Deferred::new(None, Some(1));
+        d.add(&w("a", "one"), &r("a", "cm"), None, Duration::ZERO);
+        d.add(&w("a", "two"), &r("a", "cm"), None, Duration::ZERO);
+        let now = Instant::now();
+        let (first, _) = d.next(now).expect("the first may go");
+        d.started(&first, 2, now);
+        assert!(d.next(now).is_none(), "the second waits for the first rollout");
+        assert_eq!(d.wake_at(now), Some(now + IN_FLIGHT_POLL));
+        let rolling = |rolled_out| crate::watch::Workload {
+            key: first.clone(),
+            uid: String::new(),
+            resource_version: "2".into(),
+            annotations: Default::default(),
+            template: Default::default(),
+            paused: false,
+            generation: 2,
+            rolled_out,
+            raw: None,
+        };
+        writer.apply_workload(rolling(false));
+        d.settle(&store, now);
+        assert!(d.next(now).is_none(), "still rolling");
+        writer.apply_workload(rolling(true));
+        d.settle(&store, now);
+        assert_eq!(d.next(now).map(|(w, _)| w), Some(w("a", "two")), "the first rolled out");
+    }
+
+    #[test]
     fn a_resource_held_by_two_workloads_is_released_by_the_last() {
-        let mut d = Deferred::new(None);
+        let mut d = Deferred::new(None, None);
         let (one, two, res) = (w("a", "one"), w("a", "two"), r("a", "cm"));
         d.add(&one, &res, None, Duration::ZERO);
         d.add(&two, &res, None, Duration::ZERO);

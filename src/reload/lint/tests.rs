@@ -13,6 +13,8 @@ fn workload_with(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
         annotations: map(meta),
         template: PodTemplate { annotations: map(template), ..Default::default() },
         paused: false,
+        generation: 1,
+        rolled_out: true,
         raw: None,
     }
 }

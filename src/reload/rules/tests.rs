@@ -58,6 +58,8 @@ fn explain_agrees(
         annotations: metadata.clone(),
         template: template.clone(),
         paused: false,
+        generation: 1,
+        rolled_out: true,
         raw: None,
     };
     let engine = Rules::new(keys.clone(), options.clone()).evaluate(kind, name, state, &workload);
