@@ -184,17 +184,24 @@ async fn another_writer_changing_the_same_workloads_loses_no_record_and_rolls_no
     .await;
 }
 
+/// ConfigMap `cm` and 4 auto Deployments using it; their names.
+async fn four_deployments_on_cm(ctx: &Ctx) -> Vec<String> {
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    create_configmap(c, ns, "cm", &[("k", "0")]).await;
+    let names: Vec<String> = (0..4).map(|i| format!("web-{i}")).collect();
+    for name in &names {
+        Workload::new(Kind::Deployment, name).auto().env_from_configmap("cm").create(c, ns).await;
+    }
+    names
+}
+
 #[tokio::test]
 async fn with_300_ms_added_to_every_exchange_every_change_is_handled_once() {
     use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
     with_temp_ns("slow-api", |client, ns| async move {
         let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
-        create_configmap(c, ns, "cm", &[("k", "0")]).await;
-        let names: Vec<String> = (0..4).map(|i| format!("web-{i}")).collect();
-        for name in &names {
-            Workload::new(Kind::Deployment, name).auto().env_from_configmap("cm").create(c, ns).await;
-        }
+        let names = four_deployments_on_cm(&ctx).await;
         let proxy = Proxy::start_with_latency(api_server_addr(), std::time::Duration::from_millis(300)).await;
         let kubeconfig = kubeconfig_via(proxy.addr, &format!("{ns}-slow"));
         let scope = format!("--namespaces={ns}");
@@ -224,6 +231,51 @@ async fn with_300_ms_added_to_every_exchange_every_change_is_handled_once() {
                 4,
                 "{name}: 3 changes, 3 rollouts"
             );
+        }
+        controller.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn with_a_third_of_all_requests_answered_429_every_change_is_handled_once() {
+    use support::proxy::api_server_addr;
+    use support::throttle::Throttle;
+    with_temp_ns("throttled-api", |client, ns| async move {
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        let names = four_deployments_on_cm(&ctx).await;
+        // From the start: the first lists, the checkpoint and every write are throttled too.
+        let throttle = Throttle::start(api_server_addr(), 3).await;
+        let kubeconfig = support::proxy::kubeconfig_via(throttle.addr, &format!("{ns}-throttled"));
+        let scope = format!("--namespaces={ns}");
+        let controller =
+            Controller::start_with_kubeconfig(&format!("{ns}-throttled"), ns, &[scope.as_str()], &kubeconfig).await;
+        wait_stored(&controller, names.len()).await;
+        let started = tokio::time::Instant::now();
+        const CHANGES: i64 = 5;
+        for n in 1..=CHANGES {
+            let value = n.to_string();
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": value } })).await;
+            for name in &names {
+                ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &cm_hash(&[("k", &value)])).await;
+            }
+        }
+        let (requests, throttled) = throttle.counts();
+        let failed = controller.metric("reloader_action_total{result=\"error\",workload_kind=\"Deployment\"}").await;
+        let retried = controller.metric("reloader_retries_total").await;
+        println!(
+            "429 for 1 request in 3: {requests} requests reached the proxy, answered 429: {throttled:?}; {CHANGES} \
+             changes x {} workloads handled in {:?}, {failed} writes failed, {retried} changes retried by the engine \
+             (kube's client retries each 429 after its Retry-After, as client-go does)",
+            names.len(),
+            started.elapsed()
+        );
+        assert!(throttled.get("PATCH").is_some_and(|n| *n > 0), "writes were throttled: {throttled:?}");
+        assert!(throttled.get("GET").is_some_and(|n| *n > 0), "lists and watches were throttled: {throttled:?}");
+        for name in &names {
+            let rolled = support::fixtures::generation(c, ns, Kind::Deployment, name).await;
+            assert_eq!(rolled, 1 + CHANGES, "{name}: {CHANGES} changes, {CHANGES} rollouts");
         }
         controller.stop().await;
     })

@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod proxy;
 pub mod receiver;
 pub mod scenario;
+pub mod throttle;
 
 use std::future::Future;
 use std::path::PathBuf;

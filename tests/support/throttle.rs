@@ -1,0 +1,142 @@
+//! An HTTPS proxy in front of the API server that answers `429 Too Many Requests` (with
+//! `Retry-After: 1`, as kube-apiserver's max-in-flight and priority-and-fairness filters do)
+//! to every `every`-th request and forwards the others.
+//!
+//! It terminates TLS with the control plane's serving certificate (so clients that trust the
+//! local CA trust it) and talks to the API server as the admin client. Each forwarded request
+//! goes with `Connection: close`, so that every request comes on a connection of its own and
+//! is counted and judged, however the client pools its connections.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+pub struct Throttle {
+    pub addr: SocketAddr,
+    requests: Arc<AtomicU64>,
+    /// Requests answered 429, by HTTP method.
+    throttled: Arc<Mutex<BTreeMap<String, u64>>>,
+    accept: JoinHandle<()>,
+}
+
+fn pki(file: &str) -> PathBuf {
+    super::kubeconfig_path().parent().expect("the kubeconfig's folder").join("pki").join(file)
+}
+
+fn certs(file: &str) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_file_iter(pki(file))
+        .expect("read a certificate")
+        .map(|c| c.expect("a PEM certificate"))
+        .collect()
+}
+
+impl Throttle {
+    /// Start the proxy; every `every`-th request (the 1st, the `every+1`-th, ...) gets a 429.
+    pub async fn start(upstream: SocketAddr, every: u64) -> Throttle {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let key = PrivateKeyDer::from_pem_file(pki("serving.key")).expect("the serving key");
+        let server = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs("serving.crt"), key)
+            .expect("a server TLS config");
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certs("ca.crt") {
+            roots.add(ca).expect("the local CA");
+        }
+        let admin_key = PrivateKeyDer::from_pem_file(pki("admin.key")).expect("the admin key");
+        let client = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certs("admin.crt"), admin_key)
+            .expect("a client TLS config");
+        let (acceptor, connector) = (TlsAcceptor::from(Arc::new(server)), TlsConnector::from(Arc::new(client)));
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the throttling proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let (requests, throttled) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(BTreeMap::new())));
+        let accept = tokio::spawn({
+            let (requests, throttled) = (requests.clone(), throttled.clone());
+            async move {
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (acceptor, connector) = (acceptor.clone(), connector.clone());
+                    let (requests, throttled) = (requests.clone(), throttled.clone());
+                    tokio::spawn(async move {
+                        let Ok(mut client) = acceptor.accept(tcp).await else { return };
+                        let Some((head, rest)) = read_head(&mut client).await else { return };
+                        let n = requests.fetch_add(1, Ordering::Relaxed);
+                        if n % every == 0 {
+                            let method = head.split(|b| *b == b' ').next().unwrap_or_default();
+                            let method = String::from_utf8_lossy(method).into_owned();
+                            *throttled.lock().unwrap_or_else(|p| p.into_inner()).entry(method).or_insert(0) += 1;
+                            let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"throttled by the test proxy","reason":"TooManyRequests","code":429}"#;
+                            let answer = format!(
+                                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = client.write_all(answer.as_bytes()).await;
+                            let _ = client.shutdown().await;
+                            return;
+                        }
+                        let Ok(tcp) = TcpStream::connect(upstream).await else { return };
+                        let name = ServerName::IpAddress(upstream.ip().into());
+                        let Ok(mut server) = connector.connect(name, tcp).await else { return };
+                        if server.write_all(&close_after(&head)).await.is_err()
+                            || server.write_all(&rest).await.is_err()
+                        {
+                            return;
+                        }
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    });
+                }
+            }
+        });
+        Throttle { addr, requests, throttled, accept }
+    }
+
+    /// Requests seen, and those answered 429 by HTTP method.
+    pub fn counts(&self) -> (u64, BTreeMap<String, u64>) {
+        let throttled = self.throttled.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (self.requests.load(Ordering::Relaxed), throttled)
+    }
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// The request head (through the blank line) and whatever was read after it.
+async fn read_head(stream: &mut (impl AsyncReadExt + Unpin)) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Some((buf, rest));
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 || buf.len() > 1 << 20 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The head with `Connection: close` instead of any connection header of its own.
+fn close_after(head: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut lines: Vec<&str> = text.trim_end_matches("\r\n").split("\r\n").collect();
+    lines.retain(|l| !l.to_ascii_lowercase().starts_with("connection:"));
+    let mut out = lines.join("\r\n");
+    out.push_str("\r\nConnection: close\r\n\r\n");
+    out.into_bytes()
+}
