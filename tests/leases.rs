@@ -397,3 +397,51 @@ async fn a_shard_lease_left_by_a_stranger_with_a_day_long_duration_is_taken_afte
     })
     .await;
 }
+
+#[tokio::test]
+async fn malformed_shard_leases_are_taken_over_without_a_crash() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("leases-malformed", |client, ns| async move {
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        let far_future = "2100-01-01T00:00:00.000000Z";
+        // Each as a hand edit or another tool might leave it: no holder and no times; a holder
+        // of odd characters with no duration; a renewal time a century ahead; a ring
+        // annotation that is no ring.
+        let specs = [
+            (1, serde_json::json!({}), "shards=16"),
+            (
+                2,
+                serde_json::json!({ "holderIdentity": "\u{1F4A5} not a pod/..", "renewTime": far_future }),
+                "shards=16",
+            ),
+            (
+                4,
+                serde_json::json!({ "holderIdentity": "x", "leaseDurationSeconds": 1, "renewTime": far_future }),
+                "garbage",
+            ),
+            (5, serde_json::json!({ "holderIdentity": "", "leaseDurationSeconds": 30 }), ""),
+        ];
+        for (shard, spec, ring) in specs {
+            let lease: Lease = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": format!("fleet-shard-{shard}"),
+                              "labels": { lease::FLEET_LABEL: "fleet", lease::ROLE_LABEL: "shard" },
+                              "annotations": { lease::RING_ANNOTATION: ring } },
+                "spec": spec
+            }))
+            .expect("lease JSON");
+            leases.create(&kube::api::PostParams::default(), &lease).await.expect("create a malformed Lease");
+        }
+        let started = Instant::now();
+        let replica = start(&client, &ns, "replica-a");
+        wait_for("every shard held, the malformed ones too", || async { (held(&replica).len() == 16).then_some(()) })
+            .await;
+        println!("16 shards held {:?} after start, 4 of them over malformed Leases", started.elapsed());
+        for shard in [1, 2, 4, 5] {
+            let lease = leases.get(&format!("fleet-shard-{shard}")).await.expect("the Lease");
+            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            assert_eq!(holder, "replica-a", "shard {shard} is held on record");
+        }
+        stop([replica]).await;
+    })
+    .await;
+}

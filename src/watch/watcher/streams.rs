@@ -14,11 +14,13 @@ use super::{BoxedTagged, Incoming};
 use crate::watch::WorkloadKind;
 use crate::watch::wire::{Compactor, SlimRaw, SlimWorkload};
 
-/// Lists are served from the API server's watch cache (resourceVersion 0, as client-go's
-/// informers do): a relist of thousands of objects costs no etcd round trips, and the watch
-/// that follows delivers every change after the listed version.
+/// The initial state comes as a streaming list (a watch with `sendInitialEvents`, served from
+/// the API server's watch cache, as client-go's informers do with WatchList): objects arrive
+/// one by one and are compacted as they come, so a list of large objects is never held whole
+/// (a LIST buffers every object of the answer before the first is compacted). The watch goes
+/// on from there: no etcd round trips, every change after the initial state delivered.
 pub(super) fn list_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
+    watcher::Config::default().streaming_lists()
 }
 
 pub(super) fn watch_kind<K>(
