@@ -179,6 +179,16 @@ async fn main() -> anyhow::Result<()> {
         return explain::print(client, request).await;
     }
     let (store, writer) = watch::Store::new(keys.explicit_keys());
+    // A namespace this replica may watch ConfigMaps in, to ask the API server once whether it
+    // serves streaming lists.
+    let probe_namespace = settings
+        .scoped_namespaces
+        .as_ref()
+        .and_then(|l| l.first().cloned())
+        .or_else(|| pod_namespace.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let streaming_lists = watch::streaming_lists_served(&client, &probe_namespace).await;
+    info!(streaming_lists, "initial lists: {}", if streaming_lists { "streamed (WatchList)" } else { "LIST" });
     let watch_config = watch::Config {
         namespaces: settings.scoped_namespaces.clone(),
         filter: settings.filter.clone(),
@@ -188,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
         compactor: compactor.clone(),
         workload_kinds,
         csi,
+        streaming_lists,
         ring: ring.clone(),
     };
     let (checkpoint_namespace, checkpoint_source) = if let Some(ns) = pod_namespace.clone() {

@@ -20,7 +20,7 @@ pub use object::{
     WorkloadKey,
 };
 pub use store::{Store, Writer};
-pub use watcher::{Config, Error, Links, run};
+pub use watcher::{Config, Error, Links, run, streaming_lists_served};
 pub use wire::{
     Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret,
     SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload, looks_like_reloader,

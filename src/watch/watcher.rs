@@ -41,6 +41,7 @@ mod csi_events;
 mod streams;
 mod unselected;
 
+pub use streams::streaming_lists_served;
 use streams::{gated, list_config, raw_workload_stream, tagged, watch_kind, workload_stream};
 use unselected::Unselected;
 
@@ -61,6 +62,9 @@ pub struct Config {
     /// Workload kinds to watch (`--ignored-workload-types` removes some; Rollouts and
     /// DeploymentConfigs only when enabled and served).
     pub workload_kinds: Vec<WorkloadKind>,
+    /// Start watches with a streaming list where the API server serves them
+    /// ([`streaming_lists_served`]); else with a LIST.
+    pub streaming_lists: bool,
     /// Watch SecretProviderClassPodStatuses and SecretProviderClasses (`--enable-csi-integration`
     /// with the group served). The resource label selector does not apply to them: the driver
     /// labels nothing, so it would silently turn CSI reloads off (Reloader v1's bug).
@@ -178,7 +182,7 @@ pub async fn run(
         synced_for: None,
     };
     let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
-    let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone()));
+    let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone(), task.config.streaming_lists));
     if let Some(ns_stream) = namespaces.as_mut() {
         // Objects can only be filtered once namespace labels are known.
         tokio::select! {
@@ -267,10 +271,10 @@ struct WatchTask {
 type NamespaceStream =
     Pin<Box<dyn Stream<Item = Result<WatchEvent<PartialObjectMeta<Namespace>>, watcher::Error>> + Send>>;
 
-fn namespace_stream(client: Client) -> NamespaceStream {
+fn namespace_stream(client: Client, streaming: bool) -> NamespaceStream {
     // Metadata only: labels are all the filter needs.
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
-    watcher::watcher(api, list_config()).default_backoff().boxed()
+    watcher::watcher(api, list_config(streaming)).default_backoff().boxed()
 }
 
 async fn next_namespace_event(
@@ -466,9 +470,10 @@ impl WatchTask {
         self.metrics.streams.set(self.streams.len() as i64);
         let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
+        let list = list_config(self.config.streaming_lists);
         let resource_config = match &selector {
-            Some(s) => list_config().labels(s),
-            None => list_config(),
+            Some(s) => list.clone().labels(s),
+            None => list.clone(),
         };
         for scope in wanted.difference(&running) {
             if self.config.watch_configmaps {
@@ -480,18 +485,20 @@ impl WatchTask {
                 self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::Secret));
             }
             if self.config.csi {
-                let stream = watch_kind::<SlimSpcPodStatus>(client, scope, list_config());
+                let stream = watch_kind::<SlimSpcPodStatus>(client, scope, list.clone());
                 self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SpcPodStatus));
-                let stream = watch_kind::<SlimSecretProviderClass>(client, scope, list_config());
+                let stream = watch_kind::<SlimSecretProviderClass>(client, scope, list.clone());
                 self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SecretProviderClass));
             }
             for kind in self.config.workload_kinds.clone() {
-                let compactor = self.compactor.clone();
+                let (compactor, list) = (self.compactor.clone(), list.clone());
                 self.add_stream(merged, scope, |id| match kind {
-                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor),
-                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor),
-                    WorkloadKind::StatefulSet => workload_stream::<SlimStatefulSet>(id, client, scope, &compactor),
-                    other => raw_workload_stream(id, other, client, scope, &compactor),
+                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor, list),
+                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor, list),
+                    WorkloadKind::StatefulSet => {
+                        workload_stream::<SlimStatefulSet>(id, client, scope, &compactor, list)
+                    }
+                    other => raw_workload_stream(id, other, client, scope, &compactor, list),
                 });
             }
         }

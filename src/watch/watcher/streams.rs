@@ -2,6 +2,7 @@
 //! so that only a few first lists run at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
@@ -14,13 +15,41 @@ use super::{BoxedTagged, Incoming};
 use crate::watch::WorkloadKind;
 use crate::watch::wire::{Compactor, SlimRaw, SlimWorkload};
 
-/// The initial state comes as a streaming list (a watch with `sendInitialEvents`, served from
-/// the API server's watch cache, as client-go's informers do with WatchList): objects arrive
-/// one by one and are compacted as they come, so a list of large objects is never held whole
-/// (a LIST buffers every object of the answer before the first is compacted). The watch goes
-/// on from there: no etcd round trips, every change after the initial state delivered.
-pub(super) fn list_config() -> watcher::Config {
-    watcher::Config::default().streaming_lists()
+/// Where the API server serves them, the initial state comes as a streaming list (a watch with
+/// `sendInitialEvents`, served from the watch cache, as client-go's informers do with
+/// WatchList): objects arrive one by one and are compacted as they come, so a list of large
+/// objects is never held whole (a LIST buffers every object of its answer before the first is
+/// compacted). Elsewhere a LIST from the watch cache (resourceVersion 0). Either way no etcd
+/// round trips, and the watch that follows delivers every change after the initial state.
+pub(super) fn list_config(streaming: bool) -> watcher::Config {
+    if streaming { watcher::Config::default().streaming_lists() } else { watcher::Config::default().any_semantic() }
+}
+
+/// How long the probe waits for the end of the initial events.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether the API server serves streaming lists (the WatchList feature, on by default in
+/// recent Kubernetes): a watch with `sendInitialEvents` of the ConfigMaps of `namespace` ends
+/// its initial events with the marked bookmark within a few seconds. A server without it
+/// refuses the parameter, or ignores it and never sends that bookmark; then the watches LIST.
+pub async fn streaming_lists_served(client: &Client, namespace: &str) -> bool {
+    use futures::TryStreamExt;
+    use kube::api::WatchParams;
+    use kube::core::WatchEvent as RawEvent;
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let params = WatchParams { send_initial_events: true, bookmarks: true, ..WatchParams::default() }.timeout(5);
+    let probe = async {
+        let mut stream = api.watch_metadata(&params, "0").await.ok()?.boxed();
+        while let Some(event) = stream.try_next().await.ok()? {
+            if let RawEvent::Bookmark(mark) = event
+                && mark.metadata.annotations.contains_key("k8s.io/initial-events-end")
+            {
+                return Some(());
+            }
+        }
+        None
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, probe).await.ok().flatten().is_some()
 }
 
 pub(super) fn watch_kind<K>(
@@ -48,10 +77,11 @@ pub(super) fn workload_stream<K: SlimWorkload>(
     client: &Client,
     scope: &Option<String>,
     compactor: &Compactor,
+    list: watcher::Config,
 ) -> BoxedTagged {
     let compactor = compactor.clone();
-    let stream = watch_kind::<K>(client, scope, list_config())
-        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
+    let stream =
+        watch_kind::<K>(client, scope, list).map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
 }
 
@@ -62,6 +92,7 @@ pub(super) fn raw_workload_stream(
     client: &Client,
     scope: &Option<String>,
     compactor: &Compactor,
+    list: watcher::Config,
 ) -> BoxedTagged {
     let resource = kind.api_resource();
     let api: Api<SlimRaw> = match scope {
@@ -69,7 +100,7 @@ pub(super) fn raw_workload_stream(
         None => Api::all_with(client.clone(), &resource),
     };
     let compactor = compactor.clone();
-    let stream = watcher::watcher(api, list_config())
+    let stream = watcher::watcher(api, list)
         .default_backoff()
         .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
