@@ -283,6 +283,37 @@ async fn with_a_third_of_all_requests_answered_429_every_change_is_handled_once(
 }
 
 #[tokio::test]
+async fn an_api_server_without_streaming_lists_is_listed_as_before() {
+    use support::proxy::api_server_addr;
+    use support::throttle::Throttle;
+    with_temp_ns("no-watch-list", |client, ns| async move {
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
+        let names = four_deployments_on_cm(&ctx).await;
+        // As a server without the WatchList feature: `sendInitialEvents` never arrives.
+        let proxy = Throttle::dropping(api_server_addr(), "sendInitialEvents").await;
+        let kubeconfig = support::proxy::kubeconfig_via(proxy.addr, &format!("{ns}-no-watch-list"));
+        let scope = format!("--namespaces={ns}");
+        let controller =
+            Controller::start_with_kubeconfig(&format!("{ns}-old"), &ns, &[scope.as_str()], &kubeconfig).await;
+        wait_stored(&controller, names.len()).await;
+        let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
+        assert!(log.contains("initial lists: LIST"), "the watches LIST: see {}", controller.log.display());
+        patch_configmap(&ctx.client, &ns, "cm", json!({ "data": { "k": "1" } })).await;
+        for name in &names {
+            ctx.wait_reloaded(Kind::Deployment, name, Cm, "cm", &cm_hash(&[("k", "1")])).await;
+        }
+        controller.stop().await;
+
+        // Against the real server the watches stream their initial lists.
+        let direct = ctx.start_controller("direct", &[]).await;
+        let log = std::fs::read_to_string(&direct.log).unwrap_or_default();
+        assert!(log.contains("initial lists: streamed (WatchList)"), "see {}", direct.log.display());
+        direct.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn settings_that_point_at_nothing_are_named_with_their_source_at_start_and_in_readyz() {
     with_temp_ns("nowhere", |_client, ns| async move {
         // Reloader v2's unprefixed variables are read: an environment that happens to hold

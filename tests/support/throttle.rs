@@ -42,6 +42,16 @@ fn certs(file: &str) -> Vec<CertificateDer<'static>> {
 impl Throttle {
     /// Start the proxy; every `every`-th request (the 1st, the `every+1`-th, ...) gets a 429.
     pub async fn start(upstream: SocketAddr, every: u64) -> Throttle {
+        Self::start_with(upstream, Some(every), None).await
+    }
+
+    /// A proxy that drops query parameter `param` from every request (as an API server that
+    /// does not know it would ignore it), throttling none.
+    pub async fn dropping(upstream: SocketAddr, param: &'static str) -> Throttle {
+        Self::start_with(upstream, None, Some(param)).await
+    }
+
+    async fn start_with(upstream: SocketAddr, every: Option<u64>, drop_param: Option<&'static str>) -> Throttle {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let key = PrivateKeyDer::from_pem_file(pki("serving.key")).expect("the serving key");
         let server = rustls::ServerConfig::builder()
@@ -72,7 +82,7 @@ impl Throttle {
                         let Ok(mut client) = acceptor.accept(tcp).await else { return };
                         let Some((head, rest)) = read_head(&mut client).await else { return };
                         let n = requests.fetch_add(1, Ordering::Relaxed);
-                        if n % every == 0 {
+                        if every.is_some_and(|every| n % every == 0) {
                             let method = head.split(|b| *b == b' ').next().unwrap_or_default();
                             let method = String::from_utf8_lossy(method).into_owned();
                             *throttled.lock().unwrap_or_else(|p| p.into_inner()).entry(method).or_insert(0) += 1;
@@ -88,6 +98,10 @@ impl Throttle {
                         let Ok(tcp) = TcpStream::connect(upstream).await else { return };
                         let name = ServerName::IpAddress(upstream.ip().into());
                         let Ok(mut server) = connector.connect(name, tcp).await else { return };
+                        let head = match drop_param {
+                            Some(param) => without_param(&head, param),
+                            None => head,
+                        };
                         if server.write_all(&close_after(&head)).await.is_err()
                             || server.write_all(&rest).await.is_err()
                         {
@@ -129,6 +143,23 @@ async fn read_head(stream: &mut (impl AsyncReadExt + Unpin)) -> Option<(Vec<u8>,
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// The head with query parameter `param` taken out of its request line.
+fn without_param(head: &[u8], param: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let (line, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
+    let mut parts: Vec<&str> = line.splitn(3, ' ').collect();
+    let Some(target) = parts.get(1).copied() else { return head.to_vec() };
+    let rewritten = match target.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query.split('&').filter(|p| p.split('=').next() != Some(param)).collect();
+            if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) }
+        }
+        None => target.to_string(),
+    };
+    parts[1] = &rewritten;
+    format!("{}\r\n{rest}", parts.join(" ")).into_bytes()
 }
 
 /// The head with `Connection: close` instead of any connection header of its own.
