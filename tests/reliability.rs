@@ -184,6 +184,13 @@ async fn another_writer_changing_the_same_workloads_loses_no_record_and_rolls_no
     .await;
 }
 
+/// A controller scoped to `ns` that reaches the API server through the proxy at `addr`.
+async fn start_scoped_via(addr: std::net::SocketAddr, ns: &str, name: &str) -> Controller {
+    let kubeconfig = support::proxy::kubeconfig_via(addr, &format!("{ns}-{name}"));
+    let scope = format!("--namespaces={ns}");
+    Controller::start_with_kubeconfig(&format!("{ns}-{name}"), ns, &[scope.as_str()], &kubeconfig).await
+}
+
 /// ConfigMap `cm` and 4 auto Deployments using it; their names.
 async fn four_deployments_on_cm(ctx: &Ctx) -> Vec<String> {
     let (c, ns) = (&ctx.client, ctx.ns.as_str());
@@ -197,16 +204,13 @@ async fn four_deployments_on_cm(ctx: &Ctx) -> Vec<String> {
 
 #[tokio::test]
 async fn with_300_ms_added_to_every_exchange_every_change_is_handled_once() {
-    use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
+    use support::proxy::{Proxy, api_server_addr};
     with_temp_ns("slow-api", |client, ns| async move {
         let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         let names = four_deployments_on_cm(&ctx).await;
         let proxy = Proxy::start_with_latency(api_server_addr(), std::time::Duration::from_millis(300)).await;
-        let kubeconfig = kubeconfig_via(proxy.addr, &format!("{ns}-slow"));
-        let scope = format!("--namespaces={ns}");
-        let controller =
-            Controller::start_with_kubeconfig(&format!("{ns}-slow"), ns, &[scope.as_str()], &kubeconfig).await;
+        let controller = start_scoped_via(proxy.addr, ns, "slow").await;
         wait_stored(&controller, names.len()).await;
         let started = tokio::time::Instant::now();
         for n in 1..=3 {
@@ -247,10 +251,7 @@ async fn with_a_third_of_all_requests_answered_429_every_change_is_handled_once(
         let names = four_deployments_on_cm(&ctx).await;
         // From the start: the first lists, the checkpoint and every write are throttled too.
         let throttle = Throttle::start(api_server_addr(), 3).await;
-        let kubeconfig = support::proxy::kubeconfig_via(throttle.addr, &format!("{ns}-throttled"));
-        let scope = format!("--namespaces={ns}");
-        let controller =
-            Controller::start_with_kubeconfig(&format!("{ns}-throttled"), ns, &[scope.as_str()], &kubeconfig).await;
+        let controller = start_scoped_via(throttle.addr, ns, "throttled").await;
         wait_stored(&controller, names.len()).await;
         let started = tokio::time::Instant::now();
         const CHANGES: i64 = 5;
@@ -291,10 +292,7 @@ async fn an_api_server_without_streaming_lists_is_listed_as_before() {
         let names = four_deployments_on_cm(&ctx).await;
         // As a server without the WatchList feature: `sendInitialEvents` never arrives.
         let proxy = Throttle::dropping(api_server_addr(), "sendInitialEvents").await;
-        let kubeconfig = support::proxy::kubeconfig_via(proxy.addr, &format!("{ns}-no-watch-list"));
-        let scope = format!("--namespaces={ns}");
-        let controller =
-            Controller::start_with_kubeconfig(&format!("{ns}-old"), &ns, &[scope.as_str()], &kubeconfig).await;
+        let controller = start_scoped_via(proxy.addr, &ns, "old").await;
         wait_stored(&controller, names.len()).await;
         let log = std::fs::read_to_string(&controller.log).unwrap_or_default();
         assert!(log.contains("initial lists: LIST"), "the watches LIST: see {}", controller.log.display());
