@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use reloader_fleet::reload::{AlertConfig, Keys, Sink, Strategy, parse_go_duration as parse_duration};
-use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
+use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Placement};
 use reloader_fleet::watch::WorkloadKind;
 
 /// A sharded, highly-available drop-in successor to Stakater Reloader.
@@ -222,6 +222,13 @@ pub struct Args {
     /// Leases and needs it only when they record none.)
     #[arg(long, env = "SHARDS", default_value = "1", global = true)]
     pub shards: u32,
+
+    /// How namespaces are placed on shards: `hashring` (the best balance) or `fnv-ranges`
+    /// (ranges of the FNV-1a hash of the namespace, which an API server with the alpha
+    /// ShardedListAndWatch feature filters by, so each replica receives only its shards'
+    /// events). Every replica of a fleet must use the same value.
+    #[arg(long, env = "SHARD_PLACEMENT", default_value = "hashring", global = true)]
+    pub shard_placement: Placement,
 
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -10,7 +10,7 @@ use kube::api::{ListParams, PartialObjectMeta};
 use kube::{Api, Client};
 use reloader_fleet::reload::explain::{self, Scope, Serving, Subject};
 use reloader_fleet::reload::{Keys, Options, Rules};
-use reloader_fleet::shard::{LabelSelector, NamespaceFilter};
+use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Ring};
 use reloader_fleet::watch::{
     Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
     SlimSpcPodStatus, Store, WorkloadKey, Writer,
@@ -28,10 +28,11 @@ pub struct Request<'a> {
     pub filter: &'a NamespaceFilter,
     pub scoped_namespaces: Option<&'a [String]>,
     pub resource_label_selector: Option<&'a LabelSelector>,
-    /// The fleet's Leases: namespace, name prefix, and `--shards` when they record none.
+    /// The fleet's Leases: namespace, name prefix, and the ring of `--shards` and
+    /// `--shard-placement` when they record none.
     pub lease_namespace: String,
     pub lease_prefix: &'a str,
-    pub shards: u32,
+    pub ring: &'a Ring,
 }
 
 /// Print the answer on stdout.
@@ -54,14 +55,8 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
         let selection = request.filter.select(ns, &labels);
         serving.not_selected = (!selection.is_selected()).then(|| selection.reason().to_string());
     }
-    match crate::fleet_status::serving(
-        client.clone(),
-        &request.lease_namespace,
-        request.lease_prefix,
-        request.shards,
-        ns,
-    )
-    .await
+    match crate::fleet_status::serving(client.clone(), &request.lease_namespace, request.lease_prefix, request.ring, ns)
+        .await
     {
         Ok(Some((shard, replica))) => (serving.shard, serving.replica) = (Some(shard), replica),
         Ok(None) => {}

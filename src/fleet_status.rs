@@ -10,13 +10,13 @@ use kube::{Api, Client};
 use reloader_fleet::lease::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
 use reloader_fleet::shard::{NamespaceFilter, Ring};
 
-/// Print the fleet's shards as a table on stdout. The shard count is the one the shard
-/// Leases record (their ring annotation); `shards_flag` only when they record none.
+/// Print the fleet's shards as a table on stdout. The ring (shard count and placement) is the
+/// one the shard Leases record (their ring annotation); `fallback` only when they record none.
 pub async fn print(
     client: Client,
     namespace: &str,
     prefix: &str,
-    shards_flag: u32,
+    fallback: &Ring,
     filter: &NamespaceFilter,
 ) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
@@ -24,8 +24,8 @@ pub async fn print(
         .list(&ListParams::default().labels(&format!("{FLEET_LABEL}={prefix}")))
         .await
         .with_context(|| format!("cannot list the fleet's Leases in namespace {namespace}"))?;
-    let shards = recorded_shards(&list.items).unwrap_or(shards_flag);
-    let ring = &Ring::new(shards).context("invalid shard count")?;
+    let recorded = recorded_ring(&list.items);
+    let ring = recorded.as_ref().unwrap_or(fallback);
     let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client);
     let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
     for ns in namespaces.list_metadata(&ListParams::default()).await.context("cannot list namespaces")?.items {
@@ -87,7 +87,7 @@ pub async fn serving(
     client: Client,
     lease_namespace: &str,
     prefix: &str,
-    shards_flag: u32,
+    fallback: &Ring,
     namespace: &str,
 ) -> anyhow::Result<Option<(u32, Option<String>)>> {
     let leases: Api<Lease> = Api::namespaced(client, lease_namespace);
@@ -98,7 +98,8 @@ pub async fn serving(
     if list.items.is_empty() {
         return Ok(None);
     }
-    let ring = Ring::new(recorded_shards(&list.items).unwrap_or(shards_flag)).context("invalid shard count")?;
+    let recorded = recorded_ring(&list.items);
+    let ring = recorded.as_ref().unwrap_or(fallback);
     let shard = ring.shard_of(namespace);
     let name = if ring.shards() == 1 { prefix.to_string() } else { format!("{prefix}-shard-{shard}") };
     let holder = list
@@ -110,28 +111,16 @@ pub async fn serving(
     Ok(Some((shard, holder)))
 }
 
-/// The shard count most shard Leases record in their ring annotation (`shards=16,...`).
-fn recorded_shards(leases: &[Lease]) -> Option<u32> {
-    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+/// The ring most shard Leases record in their ring annotation (`shards=16,...`).
+fn recorded_ring(leases: &[Lease]) -> Option<Ring> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for lease in leases {
         let is_shard = lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == "shard");
         let recorded = lease.metadata.annotations.as_ref().and_then(|a| a.get(RING_ANNOTATION));
-        if let Some(n) = recorded.filter(|_| is_shard).and_then(|text| parse_shards(text)) {
-            *counts.entry(n).or_default() += 1;
+        if let Some(text) = recorded.filter(|_| is_shard) {
+            *counts.entry(text.as_str()).or_default() += 1;
         }
     }
-    counts.into_iter().max_by_key(|(_, seen)| *seen).map(|(n, _)| n)
-}
-
-fn parse_shards(ring: &str) -> Option<u32> {
-    ring.split(',').find_map(|part| part.strip_prefix("shards="))?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_shard_count_is_read_from_the_ring_annotation() {
-        assert_eq!(super::parse_shards("shards=16,vnodes=512,hashring-xxh3-64-v1"), Some(16));
-        assert_eq!(super::parse_shards("vnodes=512"), None);
-    }
+    let (text, _) = counts.into_iter().max_by_key(|(_, seen)| *seen)?;
+    Ring::from_fingerprint(text)
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, bail};
 use kube::runtime::events::Reporter;
 use reloader_fleet::reload::{self, Options};
-use reloader_fleet::shard::Ring;
+use reloader_fleet::shard::{Placement, Ring};
 use reloader_fleet::{admin, lease, watch};
 use tokio::sync::{mpsc, watch as latest};
 use tokio_util::sync::CancellationToken;
@@ -87,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
         max_rollouts_per_second,
         max_concurrent_rollouts,
         shards,
+        shard_placement,
         command,
         sources: _,
     } = args;
@@ -110,17 +111,23 @@ async fn main() -> anyhow::Result<()> {
     let kube_config = kube::Config::infer()
         .await
         .context("cannot build a Kubernetes client config from the kubeconfig or in-cluster config")?;
+    // Adds `shardSelector` to the watches the API server filters by shard (probed below).
+    let server_shards = watch::ServerShards::default();
     let client = kube::client::ClientBuilder::try_from(kube_config)
         .context("cannot build a Kubernetes client")?
         .with_layer(&api_calls.layer())
+        .with_layer(&server_shards.layer())
         .build();
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
-    let ring = Arc::new(Ring::new(shards).context("invalid --shards")?);
+    let ring = Arc::new(
+        Ring::with_placement(shards, shard_placement)
+            .with_context(|| format!("invalid --shards for --shard-placement={shard_placement}"))?,
+    );
 
     if let Some(cli::Command::Fleet { what: cli::FleetCommand::Status }) = command {
         let namespace = fleet_namespace(&leader_election_namespace, pod_namespace.as_deref(), &client);
-        return fleet_status::print(client, &namespace, &leader_election_id, shards, &settings.filter).await;
+        return fleet_status::print(client, &namespace, &leader_election_id, &ring, &settings.filter).await;
     }
 
     let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
@@ -174,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
             resource_label_selector: settings.resource_label_selector.as_ref(),
             lease_namespace: fleet_namespace(&leader_election_namespace, pod_namespace.as_deref(), &client),
             lease_prefix: &leader_election_id,
-            shards,
+            ring: &ring,
         };
         return explain::print(client, request).await;
     }
@@ -200,7 +207,21 @@ async fn main() -> anyhow::Result<()> {
         csi,
         streaming_lists,
         ring: ring.clone(),
+        server_shards: server_shards.clone(),
     };
+    if ring.placement() == Placement::FnvRanges && watch_config.namespaces.is_none() {
+        let (sharded, unsharded) = server_shards.probe_watched(&client, &watch_config).await;
+        watch_metrics.server_sharded.set(sharded.len() as i64);
+        if unsharded.is_empty() {
+            info!(collections = ?sharded, "the API server filters every watch by shard (ShardedListAndWatch)");
+        } else {
+            warn!(
+                sharded = ?sharded,
+                unsharded = ?unsharded,
+                "--shard-placement=fnv-ranges: the API server does not filter these watches by shard (is the ShardedListAndWatch feature gate on?); this replica filters them itself"
+            );
+        }
+    }
     let (checkpoint_namespace, checkpoint_source) = if let Some(ns) = pod_namespace.clone() {
         (ns, "environment variable POD_NAMESPACE".to_string())
     } else if let Some(ns) = std::env::var("RELOADER_NAMESPACE").ok().filter(|v| !v.is_empty()) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use reloader_fleet::reload::{Keys, Options, Rules, env_var_name, parse_go_duration};
-use reloader_fleet::shard::{LabelSelector, Ring};
+use reloader_fleet::shard::{LabelSelector, Placement, Ring};
 use reloader_fleet::watch::{DataHash, PodTemplate, ResourceKind, ResourceState};
 
 const CASES: u32 = 2_000;
@@ -149,6 +149,30 @@ proptest! {
         let _ = rules.decide(ResourceKind::ConfigMap, &name, &state(), &metadata, &PodTemplate::default());
     }
 
+    /// The API server, given a replica's `shardSelector`, sends exactly the namespaces of the
+    /// replica's shards: the server's rule (Go's `sharding.Matches`: "0x" + 16 hex digits of
+    /// FNV-1a, compared by length, then as text, start inclusive, end exclusive) applied to the
+    /// selector text agrees with `shard_of` for any name and any set of owned shards.
+    #[test]
+    fn the_api_server_selects_exactly_the_owned_namespaces(
+        names in prop::collection::vec("[a-z0-9][a-z0-9-]{0,20}", 1..40),
+        shards in prop::sample::select(vec![2u32, 16, 64, 256]),
+        owned_bits in any::<u64>(),
+    ) {
+        let ring = fnv_ring(shards);
+        let owned: BTreeSet<u32> = (0..shards).filter(|s| owned_bits.rotate_left(*s) & 1 == 1).collect();
+        let Some(selector) = ring.shard_selector(&owned) else {
+            prop_assert_eq!(owned.len() as u32, shards, "no selector only when every shard is owned");
+            return Ok(());
+        };
+        let ranges = server_ranges(&selector);
+        for name in &names {
+            let hash = format!("0x{:016x}", reloader_fleet::shard::fnv1a_64(name));
+            let served = ranges.iter().any(|(start, end)| !hex_less(&hash, start) && hex_less(&hash, end));
+            prop_assert_eq!(served, owned.contains(&ring.shard_of(name)), "{} in {:?}", name, owned);
+        }
+    }
+
     #[test]
     fn the_ring_places_every_name_in_range_and_the_same_way_twice(names in prop::collection::vec(any::<String>(), 1..50)) {
         for (ring, again) in rings() {
@@ -159,6 +183,36 @@ proptest! {
             }
         }
     }
+}
+
+/// `fnv-ranges` rings, built once per shard count.
+fn fnv_ring(shards: u32) -> &'static Ring {
+    static RINGS: std::sync::OnceLock<BTreeMap<u32, Ring>> = std::sync::OnceLock::new();
+    let rings = RINGS.get_or_init(|| {
+        [2, 16, 64, 256]
+            .into_iter()
+            .map(|s| (s, Ring::with_placement(s, Placement::FnvRanges).expect("a shard count")))
+            .collect()
+    });
+    &rings[&shards]
+}
+
+/// The `(start, end)` literals of a selector, read as the API server's parser reads them.
+fn server_ranges(selector: &str) -> Vec<(String, String)> {
+    selector
+        .split(" || ")
+        .map(|part| {
+            let inner = part.strip_prefix("shardRange(object.metadata.namespace, ").and_then(|p| p.strip_suffix(')'));
+            let literals: Vec<&str> = inner.expect("a shardRange call").split(", ").collect();
+            let [start, end] = literals[..] else { panic!("two literals in {part}") };
+            (start.trim_matches('\'').to_string(), end.trim_matches('\'').to_string())
+        })
+        .collect()
+}
+
+/// Go's `sharding.HexLess`.
+fn hex_less(a: &str, b: &str) -> bool {
+    if a.len() != b.len() { a.len() < b.len() } else { a < b }
 }
 
 /// Rings of 1, 16, 64 and 256 shards, each built twice (built once: a ring of 256 shards has

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::admin::AdminState;
 use crate::lease::{Ownership, ShardState};
 use crate::reload::NamespaceStats;
-use crate::shard::{ALGORITHM, NamespaceFilter, Ring, VNODES};
+use crate::shard::{NamespaceFilter, Ring, VNODES};
 use crate::watch::Store;
 
 /// What the fleet endpoints read.
@@ -94,7 +94,7 @@ pub(crate) async fn shards(State(state): State<AdminState>) -> Json<serde_json::
         .collect();
     let body = ShardsBody {
         identity: fleet.identity.clone(),
-        ring: RingBody { shards: fleet.ring.shards(), virtual_nodes: VNODES, algorithm: ALGORITHM },
+        ring: RingBody { shards: fleet.ring.shards(), virtual_nodes: VNODES, algorithm: fleet.ring.algorithm() },
         yielding_to: ownership.as_ref().and_then(|o| o.yielding_to.clone()),
         shards,
     };

@@ -7,5 +7,5 @@ mod ring;
 mod selector;
 
 pub use namespace_filter::{NamespaceFilter, Selection};
-pub use ring::{ALGORITHM, InvalidShards, MAX_SHARDS, Ring, VNODES};
+pub use ring::{ALGORITHM, CELL_BITS, InvalidShards, MAX_FNV_SHARDS, MAX_SHARDS, Placement, Ring, VNODES, fnv1a_64};
 pub use selector::{LabelSelector, ParseError};

@@ -22,6 +22,12 @@ pub struct Metrics {
     /// `reloader_annotation_lint_queued_total{result="sent"|"dropped"}`: stored objects passed
     /// to the annotation lint, or dropped because its queue was full.
     pub lint_queued: IntCounterVec,
+    /// `reloader_watch_events_foreign_total`: objects received for namespaces of shards held
+    /// elsewhere, decoded only to be dropped (the API server's shard filter keeps them away).
+    pub events_foreign: IntCounter,
+    /// `reloader_watch_server_sharded_collections`: watched collections the API server
+    /// filters by shard (`--shard-placement=fnv-ranges` with ShardedListAndWatch).
+    pub server_sharded: IntGauge,
 }
 
 impl Metrics {
@@ -50,6 +56,16 @@ impl Metrics {
             Opts::new("reloader_annotation_lint_queued_total", "Stored objects passed to the annotation lint"),
             &["result"],
         )?;
+        let events_foreign = IntCounter::new(
+            "reloader_watch_events_foreign_total",
+            "Objects received for namespaces of shards held by other replicas, dropped after decoding",
+        )?;
+        let server_sharded = IntGauge::new(
+            "reloader_watch_server_sharded_collections",
+            "Watched collections the API server filters by shard (shardSelector)",
+        )?;
+        registry.register(Box::new(events_foreign.clone()))?;
+        registry.register(Box::new(server_sharded.clone()))?;
         registry.register(Box::new(lint_queued.clone()))?;
         registry.register(Box::new(events_received.clone()))?;
         registry.register(Box::new(watch_errors.clone()))?;
@@ -65,6 +81,8 @@ impl Metrics {
             streams,
             streams_started,
             lint_queued,
+            events_foreign,
+            server_sharded,
         })
     }
 }

@@ -8,6 +8,7 @@ mod hash;
 mod kind;
 mod metrics;
 mod object;
+mod server_shards;
 mod store;
 mod watcher;
 mod wire;
@@ -19,6 +20,7 @@ pub use object::{
     Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Stored, Volume, Workload,
     WorkloadKey,
 };
+pub use server_shards::ServerShards;
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run, streaming_lists_served};
 pub use wire::{

@@ -33,8 +33,8 @@ use crate::watch::wire::{
     SlimStatefulSet,
 };
 use crate::watch::{
-    Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, Stored, Workload, WorkloadKind, Writer,
-    looks_like_reloader,
+    Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload, WorkloadKind,
+    Writer, looks_like_reloader,
 };
 
 mod csi_events;
@@ -71,6 +71,9 @@ pub struct Config {
     pub csi: bool,
     /// Namespace -> shard; only namespaces of owned shards are stored.
     pub ring: Arc<Ring>,
+    /// The collections the API server filters by shard (probed at start; none without the
+    /// `fnv-ranges` placement or the server's ShardedListAndWatch feature).
+    pub server_shards: ServerShards,
 }
 
 /// The watch task's channels to and from the other rooms.
@@ -191,6 +194,10 @@ pub async fn run(
         }
     }
     let mut merged: Merged = futures::stream::SelectAll::new();
+    let server_sharded = task.config.server_shards.active();
+    if server_sharded {
+        task.config.server_shards.select(&task.config.ring, &task.owned);
+    }
     task.open_streams(&client, &mut merged);
     // With no stream to start (no owned namespace in scoped mode) the store is complete now.
     task.publish_sync(&synced);
@@ -208,7 +215,13 @@ pub async fn run(
             Ok(()) = owned.changed() => {
                 let now_owned = owned.borrow_and_update().clone();
                 let gained = task.apply_ownership(now_owned, &synced);
-                if gained && task.config.namespaces.is_none() {
+                if server_sharded {
+                    // The API server sends the held shards only: every watch restarts with the
+                    // new selector (a list of the held ranges, not of the cluster).
+                    info!(shards = ?task.owned, "shards changed; restarting the server-sharded watches");
+                    task.config.server_shards.select(&task.config.ring, &task.owned);
+                    task.stop_streams();
+                } else if gained && task.config.namespaces.is_none() {
                     // One watch covers every namespace: it relists to load the gained ones.
                     info!(shards = ?task.owned, "gained shards; relisting watches to load them");
                     task.stop_streams();
@@ -417,6 +430,15 @@ impl WatchTask {
         self.csi.forget_namespace(namespace);
     }
 
+    /// Whether `namespace` is in a shard held elsewhere; counts the object as foreign if so.
+    fn is_foreign(&self, namespace: &str) -> bool {
+        let foreign = !self.owned.contains(&self.config.ring.shard_of(namespace));
+        if foreign {
+            self.metrics.events_foreign.inc();
+        }
+        foreign
+    }
+
     fn is_selected(&self, namespace: &str) -> bool {
         if !self.owned.contains(&self.config.ring.shard_of(namespace)) {
             return false;
@@ -578,7 +600,7 @@ impl WatchTask {
                 self.metrics.events_received.with_label_values(&["update", kind.plural()]).inc();
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 if !self.is_selected(&key.namespace) {
-                    if self.keeps_unselected(&key.namespace) {
+                    if !self.is_foreign(&key.namespace) && self.keeps_unselected(&key.namespace) {
                         self.stream(stream).saw(&key.namespace, &key.name);
                         self.unselected.observe(key, state, obj.meta().resource_version.as_deref());
                     }
@@ -634,6 +656,7 @@ impl WatchTask {
             WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
                 if !self.is_selected(&w.key.namespace) {
+                    self.is_foreign(&w.key.namespace);
                     return;
                 }
                 self.stream(stream).saw(&w.key.namespace, &w.key.name);

@@ -4,6 +4,8 @@ use super::*;
 /// Regenerate only on purpose (REGENERATE_GOLDEN=1 cargo test ring) and review the diff.
 const GOLDEN_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/ring-assignments.txt");
 const GOLDEN: &str = include_str!("../../../tests/golden/ring-assignments.txt");
+const FNV_GOLDEN_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/ring-fnv-ranges.txt");
+const FNV_GOLDEN: &str = include_str!("../../../tests/golden/ring-fnv-ranges.txt");
 const SHARD_COUNTS: [u32; 4] = [1, 16, 64, 256];
 
 fn golden_namespaces() -> Vec<String> {
@@ -28,10 +30,12 @@ fn golden_namespaces() -> Vec<String> {
     names
 }
 
-fn render() -> String {
-    let rings: Vec<Ring> = SHARD_COUNTS.iter().map(|&s| Ring::new(s).expect("valid shard count")).collect();
+fn render(placement: Placement) -> String {
+    let rings: Vec<Ring> =
+        SHARD_COUNTS.iter().map(|&s| Ring::with_placement(s, placement).expect("valid shard count")).collect();
+    let algorithm = rings[0].algorithm();
     let mut out = format!(
-        "# Source: reloader-fleet's own ring ({ALGORITHM}, {VNODES} virtual nodes per shard).\n\
+        "# Source: reloader-fleet's own ring ({algorithm}, {VNODES} virtual nodes per shard).\n\
          # Regenerate only with REGENERATE_GOLDEN=1 and review the diff: a change moves namespaces.\n\
          # namespace shard-of(S=1) shard-of(S=16) shard-of(S=64) shard-of(S=256)\n"
     );
@@ -44,15 +48,70 @@ fn render() -> String {
 
 #[test]
 fn placement_matches_the_golden_file() {
-    let now = render();
-    if std::env::var_os("REGENERATE_GOLDEN").is_some() {
-        std::fs::write(GOLDEN_PATH, &now).expect("write the golden file");
-        return;
+    for (placement, path, golden) in
+        [(Placement::Hashring, GOLDEN_PATH, GOLDEN), (Placement::FnvRanges, FNV_GOLDEN_PATH, FNV_GOLDEN)]
+    {
+        let now = render(placement);
+        if std::env::var_os("REGENERATE_GOLDEN").is_some() {
+            std::fs::write(path, &now).expect("write the golden file");
+            continue;
+        }
+        assert_eq!(
+            now, golden,
+            "the {placement} namespace -> shard mapping changed: old and new replicas would disagree during a rolling update"
+        );
     }
+}
+
+/// Values from Go's `hash/fnv` (`New64a`), which the API server's `shardSelector` uses.
+#[test]
+fn the_namespace_hash_is_the_api_servers() {
+    for (namespace, go) in [
+        ("", 0xcbf2_9ce4_8422_2325_u64),
+        ("default", 0xebad_a516_8620_c5fe),
+        ("kube-system", 0xdf65_c7bc_1d82_b35e),
+        ("lt-0001", 0x7d76_1d3d_0872_f413),
+        ("team-a-prod", 0x76c7_3bae_f348_ba20),
+    ] {
+        assert_eq!(fnv1a_64(namespace), go, "{namespace:?}");
+    }
+}
+
+#[test]
+fn fingerprints_round_trip() {
+    for placement in [Placement::Hashring, Placement::FnvRanges] {
+        let ring = Ring::with_placement(16, placement).expect("valid");
+        let back = Ring::from_fingerprint(&ring.fingerprint()).expect("a fingerprint");
+        assert_eq!((back.shards(), back.placement()), (16, placement));
+    }
+    assert_eq!(Ring::new(16).expect("valid").fingerprint(), "shards=16,vnodes=512,hashring-xxh3-64-v1");
+    assert!(Ring::from_fingerprint("no ring").is_none());
+    assert!(Ring::with_placement(MAX_FNV_SHARDS + 1, Placement::FnvRanges).is_err());
+}
+
+/// The selector of any set of shards stays well under the API server's limit of 100,000
+/// characters on a CEL expression, for every shard count up to 1024 and the worst sets (every
+/// other shard, a random half).
+#[test]
+fn shard_selectors_fit_the_api_servers_limit() {
+    for shards in [2, 16, 64, 256, 1024] {
+        let ring = Ring::with_placement(shards, Placement::FnvRanges).expect("valid");
+        let alternate: BTreeSet<u32> = (0..shards).step_by(2).collect();
+        let selector = ring.shard_selector(&alternate).expect("a strict subset");
+        assert!(selector.len() < 60_000, "S={shards}: {} characters", selector.len());
+        println!(
+            "S={shards}, every other shard: {} ranges, {} characters",
+            ring.ranges(&alternate).len(),
+            selector.len()
+        );
+    }
+    let ring = Ring::with_placement(16, Placement::FnvRanges).expect("valid");
+    assert_eq!(ring.shard_selector(&(0..16).collect()), None, "all shards: no filter");
     assert_eq!(
-        now, GOLDEN,
-        "the namespace -> shard mapping changed: old and new replicas would disagree during a rolling update"
+        ring.shard_selector(&BTreeSet::new()).as_deref(),
+        Some("shardRange(object.metadata.namespace, '0x0000000000000000', '0x0000000000000001')")
     );
+    assert_eq!(Ring::new(16).expect("valid").shard_selector(&BTreeSet::from([1])), None, "hashring has no ranges");
 }
 
 #[test]
@@ -64,6 +123,8 @@ fn shard_counts_are_validated() {
 
 #[test]
 fn one_shard_takes_everything() {
+    let fnv = Ring::with_placement(1, Placement::FnvRanges).expect("valid");
+    assert!(golden_namespaces().iter().all(|ns| fnv.shard_of(ns) == 0));
     let ring = Ring::new(1).expect("valid");
     assert!(golden_namespaces().iter().all(|ns| ring.shard_of(ns) == 0));
 }
