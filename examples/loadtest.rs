@@ -2,7 +2,7 @@
 //! 2 Deployments), R controller processes, U ConfigMap updates; prints per-replica memory, open
 //! connections to the API server, API calls during the updates, and update -> patch latency.
 //!
-//!     loadtest-driver <namespaces> <replicas> <cluster|scoped> <updates>
+//!     loadtest-driver <namespaces> <replicas> <cluster|server|scoped> <updates>
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
         return soak(namespaces, minutes).await;
     }
     if args.len() != 5 {
-        bail!("usage: loadtest <namespaces> <replicas> <cluster|scoped> <updates>");
+        bail!("usage: loadtest <namespaces> <replicas> <cluster|server|scoped> <updates>");
     }
     let namespaces: usize = args[1].parse().context("namespaces")?;
     let replicas: usize = args[2].parse().context("replicas")?;
@@ -63,12 +63,15 @@ async fn main() -> anyhow::Result<()> {
         let diff =
             |verb: &str| after[i].get(verb).copied().unwrap_or(0.0) - before[i].get(verb).copied().unwrap_or(0.0);
         println!(
-            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, during updates: {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT)",
+            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, {} namespaces; during updates: {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT), {} objects received, {} of them foreign",
+            metric(*port, "reloader_namespaces_owned").await,
             diff("patch"),
             diff("list"),
             diff("get"),
             diff("lease-list"),
-            diff("lease-update")
+            diff("lease-update"),
+            diff("received"),
+            diff("foreign")
         );
     }
     let mut sorted = latencies.clone();
@@ -204,6 +207,8 @@ async fn start_one(r: usize, replicas: usize, namespaces: usize, mode: &str) -> 
             "scoped" => {
                 args.push(format!("--namespaces={}", (0..namespaces).map(ns_name).collect::<Vec<_>>().join(",")))
             }
+            // Cluster-wide watches the API server filters by shard (ShardedListAndWatch).
+            "server" => args.extend([format!("--namespace-selector={LABEL}=1"), "--shard-placement=fnv-ranges".into()]),
             _ => args.push(format!("--namespace-selector={LABEL}=1")),
         }
         let log = std::fs::OpenOptions::new()
@@ -363,11 +368,22 @@ async fn metric(port: u16, name: &str) -> f64 {
 async fn api_calls(port: u16) -> HashMap<String, f64> {
     let body = http_get(port, "/metrics").await.unwrap_or_default();
     let mut by_verb = HashMap::new();
-    for line in body.lines().filter(|l| l.starts_with("reloader_api_requests_total{")) {
+    for line in body.lines() {
+        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        // Objects the watches decoded, and those of other replicas' shards among them.
+        for (series, key) in
+            [("reloader_events_received_total{", "received"), ("reloader_watch_events_foreign_total", "foreign")]
+        {
+            if line.starts_with(series) {
+                *by_verb.entry(key.to_string()).or_insert(0.0) += value;
+            }
+        }
+        if !line.starts_with("reloader_api_requests_total{") {
+            continue;
+        }
         let verb = line.split("verb=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?").to_string();
         // Lease polling is the fleet's heartbeat, not work caused by the changes.
         let verb = if line.contains("resource=\"leases\"") { format!("lease-{verb}") } else { verb };
-        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
         *by_verb.entry(verb).or_insert(0.0) += value;
     }
     by_verb

@@ -210,6 +210,11 @@ pub struct Args {
     /// earlier one's rollout is complete (`kubectl rollout status`), or 10 minutes; 0: no limit.
     #[arg(long, env = "MAX_CONCURRENT_ROLLOUTS", default_value = "0", global = true)]
     pub max_concurrent_rollouts: usize,
+    /// Reload writes in flight at once per replica, at most: changes to different workloads
+    /// are written side by side (a fan-out of 200 is not 200 round trips one after the
+    /// other); one workload's writes stay in order. 1 writes one at a time.
+    #[arg(long, env = "MAX_CONCURRENT_WRITES", default_value = "16", value_parser = clap::value_parser!(u32).range(1..=1024), global = true)]
+    pub max_concurrent_writes: u32,
 
     /// Check Reloader annotations when objects are stored and report each mistake (a misspelt
     /// key, `match` on a workload, a reload list naming a missing ConfigMap...) once as a

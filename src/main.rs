@@ -86,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         coalesce_window,
         max_rollouts_per_second,
         max_concurrent_rollouts,
+        max_concurrent_writes,
         shards,
         shard_placement,
         command,
@@ -252,6 +253,7 @@ async fn main() -> anyhow::Result<()> {
         coalesce_window,
         max_rollouts_per_second: (max_rollouts_per_second > 0.0).then_some(max_rollouts_per_second),
         max_concurrent_rollouts: (max_concurrent_rollouts > 0).then_some(max_concurrent_rollouts),
+        max_concurrent_writes: max_concurrent_writes as usize,
     };
     if let Some(url) = &settings.webhook_url {
         info!(url = %url.origin().ascii_serialization(), "webhook-only mode: changes are sent to the webhook and no workload is written");

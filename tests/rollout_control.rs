@@ -131,10 +131,10 @@ const BUDGET: usize = 50;
 
 /// `DEPLOYMENTS` auto Deployments with no replicas (the budget is about writes, not pods),
 /// all using ConfigMap `shared`.
-async fn many_deployments(client: &Client, ns: &str) {
+async fn many_deployments(client: &Client, ns: &str, count: usize) {
     create_configmap(client, ns, "shared", &[("k", "1")]).await;
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    for i in 0..DEPLOYMENTS {
+    for i in 0..count {
         let name = format!("web-{i:03}");
         let d: Deployment = serde_json::from_value(json!({
             "metadata": { "name": name, "annotations": { "reloader.stakater.com/auto": "true" } },
@@ -148,10 +148,10 @@ async fn many_deployments(client: &Client, ns: &str) {
     }
 }
 
-/// How many of the Deployments record `hash` for `shared`.
-async fn rolled(ctx: &Ctx, hash: &str) -> usize {
+/// How many of the first `count` Deployments record `hash` for `shared`.
+async fn rolled(ctx: &Ctx, hash: &str, count: usize) -> usize {
     let mut rolled = 0;
-    for i in 0..DEPLOYMENTS {
+    for i in 0..count {
         if ctx.recorded(Kind::Deployment, &format!("web-{i:03}"), Cm, "shared").await.as_deref() == Some(hash) {
             rolled += 1;
         }
@@ -159,10 +159,11 @@ async fn rolled(ctx: &Ctx, hash: &str) -> usize {
     rolled
 }
 
-async fn wait_rolled(ctx: &Ctx, value: &str, at_least: usize) {
+/// Wait until `at_least` of the first `of` Deployments record `value`.
+async fn wait_rolled(ctx: &Ctx, value: &str, at_least: usize, of: usize) {
     let hash = cm_hash(&[("k", value)]);
     wait_for(&format!("{at_least} Deployments to record {hash}"), || async {
-        (rolled(ctx, &hash).await >= at_least).then_some(())
+        (rolled(ctx, &hash, of).await >= at_least).then_some(())
     })
     .await;
 }
@@ -172,7 +173,7 @@ async fn the_budget_spreads_300_rollouts_at_50_a_second_and_loses_none_across_a_
     with_temp_ns("budget", |client, home| async move {
         let ns = format!("{home}-apps");
         support::fixtures::create_namespace(&client, &ns, json!({ support::TEST_LABEL: "budget" })).await;
-        many_deployments(&client, &ns).await;
+        many_deployments(&client, &ns, DEPLOYMENTS).await;
         let budget = format!("--max-rollouts-per-second={BUDGET}");
         let scope = format!("--namespaces={ns}");
         let args = [scope.as_str(), budget.as_str()];
@@ -182,7 +183,7 @@ async fn the_budget_spreads_300_rollouts_at_50_a_second_and_loses_none_across_a_
         wait_stored(&a, DEPLOYMENTS).await;
         patch_configmap(&client, &ns, "shared", json!({ "data": { "k": "2" } })).await;
         let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
-        wait_rolled(&ctx, "2", DEPLOYMENTS).await;
+        wait_rolled(&ctx, "2", DEPLOYMENTS, DEPLOYMENTS).await;
         let counts = writes_per_second(&client, &ns).await;
         println!("writes per second, one replica, budget {BUDGET}/s: {counts:?}");
         assert_eq!(counts.values().sum::<usize>(), DEPLOYMENTS);
@@ -210,9 +211,9 @@ async fn the_budget_spreads_300_rollouts_at_50_a_second_and_loses_none_across_a_
         .await;
         let (serving, other) = if serving == 0 { (a, b) } else { (b, a) };
         patch_configmap(&client, &ns, "shared", json!({ "data": { "k": "3" } })).await;
-        wait_rolled(&ctx, "3", DEPLOYMENTS / 3).await;
+        wait_rolled(&ctx, "3", DEPLOYMENTS / 3, DEPLOYMENTS).await;
         serving.stop().await;
-        wait_rolled(&ctx, "3", DEPLOYMENTS).await;
+        wait_rolled(&ctx, "3", DEPLOYMENTS, DEPLOYMENTS).await;
         let counts = writes_per_second(&client, &ns).await;
         println!("writes per second across the SIGTERM (budget {BUDGET}/s per replica): {counts:?}");
         assert!(counts.values().all(|n| *n <= 2 * BUDGET), "{counts:?}");
@@ -290,6 +291,53 @@ async fn at_most_two_deployments_roll_at_once_with_max_concurrent_rollouts_2() {
             assert_eq!(generation(c, ns, Kind::Deployment, name).await, 2, "{name}: one write");
         }
         controller
+    })
+    .await;
+}
+
+const FAN_OUT: usize = 40;
+
+/// One ConfigMap used by 40 Deployments, behind a proxy that holds each Deployment PATCH for
+/// 100 ms (a slow API server): with `--max-concurrent-writes=8` at most 8 writes, and more
+/// than one, are in flight at once; with 1, one at a time. Each Deployment rolls once.
+#[tokio::test]
+async fn a_fan_out_is_written_side_by_side_up_to_max_concurrent_writes() {
+    use support::proxy::{api_server_addr, kubeconfig_via};
+    use support::throttle::Throttle;
+    with_temp_ns("fan-out", |client, ns| async move {
+        many_deployments(&client, &ns, FAN_OUT).await;
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
+        let mut took = Vec::new();
+        for (value, limit) in [("2", 1u64), ("3", 8)] {
+            let proxy = Throttle::slowing_writes(api_server_addr(), Duration::from_millis(100)).await;
+            let name = format!("{ns}-w{limit}");
+            let (scope, writes) = (format!("--namespaces={ns}"), format!("--max-concurrent-writes={limit}"));
+            let args = [scope.as_str(), writes.as_str()];
+            let controller =
+                Controller::start_with_kubeconfig(&name, &ns, &args, &kubeconfig_via(proxy.addr, &name)).await;
+            wait_stored(&controller, FAN_OUT).await;
+            let mut before = Vec::new();
+            for i in 0..FAN_OUT {
+                before.push(generation(&client, &ns, Kind::Deployment, &format!("web-{i:03}")).await);
+            }
+            let started = tokio::time::Instant::now();
+            patch_configmap(&client, &ns, "shared", json!({ "data": { "k": value } })).await;
+            wait_rolled(&ctx, value, FAN_OUT, FAN_OUT).await;
+            took.push(started.elapsed());
+            let most = proxy.most_writes_in_flight();
+            assert!(most <= limit, "{most} writes in flight with --max-concurrent-writes={limit}");
+            assert!(limit == 1 || most > 1, "writes went one at a time with --max-concurrent-writes={limit}");
+            for (i, before) in before.into_iter().enumerate() {
+                let after = generation(&client, &ns, Kind::Deployment, &format!("web-{i:03}")).await;
+                assert_eq!(after, before + 1, "web-{i:03} rolled once");
+            }
+            controller.stop().await;
+            println!("--max-concurrent-writes={limit}: {FAN_OUT} writes, at most {most} in flight");
+        }
+        println!(
+            "{FAN_OUT} Deployments behind 100 ms per write: {:?} one at a time, {:?} with 8 in flight",
+            took[0], took[1]
+        );
     })
     .await;
 }

@@ -9,7 +9,7 @@
 //! The engine never LISTs or GETs workloads or resources: the store answers. The acted-on
 //! hashes are the checkpoint, saved to the cluster a moment after they change and on shutdown.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, warn};
 
 use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
@@ -32,9 +32,11 @@ use crate::reload::{COALESCE_WINDOW, Keys, Metrics, Mode, Options, Rules, merge_
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
+mod batch;
 mod deferred;
 mod shards;
 
+use batch::{PlannedWrite, Prepared};
 use deferred::Deferred;
 
 /// Field manager of every write, as Reloader's.
@@ -80,6 +82,9 @@ pub struct Config {
     pub max_rollouts_per_second: Option<f64>,
     /// `--max-concurrent-rollouts`: workloads rolling out at once, at most (`None`: no limit).
     pub max_concurrent_rollouts: Option<usize>,
+    /// `--max-concurrent-writes`: reload writes in flight at once, at most (changes to
+    /// different workloads; one workload's writes stay in order).
+    pub max_concurrent_writes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +174,7 @@ pub async fn run(
         alerts,
         deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
+        queue: VecDeque::new(),
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
     reconciled.send_replace(true);
@@ -192,7 +198,12 @@ pub async fn run(
             () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
                 engine.write_deferred().await;
             }
-            Some(change) = changes.recv() => engine.handle(change, None).await,
+            // Changes already queued first (they are older than the channel's).
+            () = std::future::ready(()), if !engine.queue.is_empty() => engine.handle_queued(&mut changes).await,
+            Some(change) = changes.recv() => {
+                engine.queue.push_back(change);
+                engine.handle_queued(&mut changes).await;
+            }
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
                 engine.retry_keys.remove(&key);
@@ -221,7 +232,8 @@ pub async fn run(
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
     }
-    // Shutdown: in-flight writes are done (the loop is sequential); keep what was acted on.
+    // Shutdown: in-flight writes are done (a batch ends when its writes are back); keep what
+    // was acted on. Queued changes are covered by the checkpoint: they were not acted on.
     engine.follow(&BTreeSet::new()).await;
     Ok(())
 }
@@ -268,40 +280,15 @@ struct Engine {
     deferred: Deferred,
     /// Failed deferred writes per workload, for their backoff.
     write_attempts: HashMap<WorkloadKey, u32>,
+    /// Changes received and not yet handled (the next batches), oldest first.
+    queue: VecDeque<Change>,
 }
 
 impl Engine {
     /// Process one change of an active shard (changes of other shards are covered when the
     /// shard is taken up, by comparing the store with its checkpoint).
     async fn handle(&mut self, change: Change, forced: Option<Transition>) {
-        let shard = self.shard_of(&change.key);
-        if !self.checkpoints.contains_key(&shard) {
-            return;
-        }
-        let key = change.key.clone();
-        let before = self.acted.get(&key).copied();
-        let started = Instant::now();
-        let span = info_span!("change", kind = key.kind.kind(), namespace = %key.namespace, name = %key.name);
-        let outcome = self.process(&change, forced).instrument(span).await;
-        let result = match outcome {
-            Outcome::Skipped => "skipped",
-            Outcome::Done => "success",
-            Outcome::Failed => "error",
-        };
-        let elapsed = started.elapsed().as_secs_f64();
-        self.metrics.reconcile.with_label_values(&[result]).inc();
-        self.metrics.reconcile_duration.with_label_values(&[result]).observe(elapsed);
-        match outcome {
-            Outcome::Failed => self.schedule_retry(key.clone()),
-            Outcome::Done => {
-                self.metrics.change_latency.observe(elapsed);
-                self.clear_retry(&key);
-            }
-            Outcome::Skipped => self.clear_retry(&key),
-        }
-        if self.acted.get(&key).copied() != before {
-            self.dirty.insert(shard);
-        }
+        self.handle_batch(vec![(change, forced)]).await;
     }
 
     fn schedule_retry(&mut self, key: ResourceKey) {
@@ -323,7 +310,9 @@ impl Engine {
         }
     }
 
-    async fn process(&mut self, change: &Change, forced: Option<Transition>) -> Outcome {
+    /// Decide a change: what it needs written now (the writes go out with the batch's), or
+    /// its outcome if nothing.
+    async fn prepare(&mut self, change: &Change, forced: Option<Transition>) -> Prepared {
         let key = &change.key;
         let current = self.store.resource(key);
         // Never acted on here: what the store held before this event is the baseline.
@@ -332,28 +321,28 @@ impl Engine {
             (Some(t), _, _) => t,
             (None, Some(last), Some(seen)) if last == short(&seen) => {
                 self.metrics.skipped.with_label_values(&["no_data_change"]).inc();
-                return Outcome::Skipped;
+                return Prepared::Finished(Outcome::Skipped);
             }
             (None, Some(_), Some(_)) => Transition::Updated,
             (None, None, Some(seen)) if change.cause == Cause::Listed => {
                 // New to this replica, not new to the cluster: the baseline.
                 self.acted.insert(key.clone(), short(&seen));
-                return Outcome::Skipped;
+                return Prepared::Finished(Outcome::Skipped);
             }
             (None, None, Some(_)) => Transition::Created,
             (None, Some(_), None) => Transition::Deleted,
-            (None, None, None) => return Outcome::Skipped,
+            (None, None, None) => return Prepared::Finished(Outcome::Skipped),
         };
         // Act on the newest state; a later event for the same resource is then a no-op.
         let current = match (transition, current) {
             (Transition::Deleted, Some(_)) => {
                 // Deleted and already re-created: the creation event that follows decides.
                 self.acted.remove(key);
-                return Outcome::Skipped;
+                return Prepared::Finished(Outcome::Skipped);
             }
             (Transition::Created | Transition::Updated, None) => {
                 // Gone since the event: the deletion event that follows decides.
-                return Outcome::Skipped;
+                return Prepared::Finished(Outcome::Skipped);
             }
             (_, current) => current,
         };
@@ -370,7 +359,7 @@ impl Engine {
             // A create is baselined at the hash its event carried, so an update that is already
             // queued behind it still counts as a change.
             self.record_acted(key, change.observed.as_ref().map(short));
-            return Outcome::Skipped;
+            return Prepared::Finished(Outcome::Skipped);
         }
         let (target, state) = match &current {
             Some(state) => (Target::Hash(state.hash), state.clone()),
@@ -389,35 +378,49 @@ impl Engine {
                     matched.push(workload.key.clone());
                 }
             }
-            return self.notify(&webhook, key, current.as_ref(), &matched).await;
+            return Prepared::Finished(self.notify(&webhook, key, current.as_ref(), &matched).await);
         }
 
-        let mut failed = false;
-        let mut wrote = 0usize;
+        let mut writes = Vec::new();
         for candidate in self.store.candidates(key) {
             let workload = self.freshest(candidate);
             let window = self.window_for(&workload);
             if window.is_zero() && !self.deferred.has_budget() {
-                match self.reload_one(key, &state, target, &workload).await {
-                    WriteResult::Written => wrote += 1,
-                    WriteResult::NotNeeded => {}
-                    WriteResult::Failed => failed = true,
+                match self.plan_one(key, &state, target, &workload) {
+                    Some(patch) => {
+                        let patch = self.with_pause(&workload, patch);
+                        writes.push(PlannedWrite { workload, patch, sources: vec![(key.clone(), state.hash)] });
+                    }
+                    None => debug!(workload = %workload.key, "nothing to record"),
                 }
             } else if self.plan_one(key, &state, target, &workload).is_some() {
                 self.deferred.add(&workload.key, key, current.as_ref().map(|s| s.hash), window);
             }
         }
         self.metrics.deferred_writes.set(self.deferred.len() as i64);
-        if failed {
+        Prepared::Writes { writes, transition, hash: state.hash, current: current.map(|s| s.hash) }
+    }
+
+    /// The outcome of a change whose writes are done (`results`: how each went).
+    fn finish(
+        &mut self,
+        key: &ResourceKey,
+        transition: Transition,
+        hash: crate::watch::DataHash,
+        current: Option<crate::watch::DataHash>,
+        results: &[WriteResult],
+    ) -> Outcome {
+        let wrote = results.iter().filter(|r| **r == WriteResult::Written).count();
+        if results.contains(&WriteResult::Failed) {
             return Outcome::Failed;
         }
         if self.deferred.is_held(key) {
             // Handled (checkpoint) once every deferred write of it is done.
-            info!(?transition, workloads = wrote, hash = %state.hash, "change handled in part; writes deferred");
+            info!(?transition, workloads = wrote, hash = %hash, "change handled in part; writes deferred");
             return if wrote > 0 { Outcome::Done } else { Outcome::Skipped };
         }
-        info!(?transition, workloads = wrote, hash = %state.hash, "change handled");
-        self.record_acted(key, current.as_ref().map(|s| short(&s.hash)));
+        info!(?transition, workloads = wrote, hash = %hash, "change handled");
+        self.record_acted(key, current.as_ref().map(short));
         if wrote > 0 { Outcome::Done } else { Outcome::Skipped }
     }
 
@@ -500,38 +503,42 @@ impl Engine {
         strategy::plan_all(self.config.strategy, workload, &[item], unix_now())
     }
 
-    async fn reload_one(
-        &mut self,
-        key: &ResourceKey,
-        state: &ResourceState,
-        target: Target,
-        workload: &Arc<Workload>,
-    ) -> WriteResult {
-        let Some(patch) = self.plan_one(key, state, target, workload) else {
-            debug!(workload = %workload.key, "nothing to record");
-            return WriteResult::NotNeeded;
-        };
-        self.write_reload(workload, patch, &[(key.clone(), state.hash)]).await
-    }
-
     /// Write one reload patch (plus a pause, if the workload asks for one) recording `sources`,
     /// with the metrics, Events and alerts of each.
     async fn write_reload(
         &mut self,
         workload: &Arc<Workload>,
-        mut patch: serde_json::Value,
+        patch: serde_json::Value,
         sources: &[(ResourceKey, crate::watch::DataHash)],
     ) -> WriteResult {
+        let patch = self.with_pause(workload, patch);
+        let started = Instant::now();
+        let result = self.writes.write(workload, &patch, jiff::Timestamp::now()).await;
+        self.written(workload, sources, result, started.elapsed())
+    }
+
+    /// `patch` plus the pause the workload asks for, if any (counted as a matched workload).
+    fn with_pause(&mut self, workload: &Workload, mut patch: serde_json::Value) -> serde_json::Value {
         match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
             Ok(Some(pause)) => merge_patch(&mut patch, pause),
             Ok(None) => {}
             Err(problem) => self.report_problems(workload, &[problem]),
         }
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
+        patch
+    }
+
+    /// Account for a write that took `took`: metrics, our own version of the workload, and
+    /// an Event and alert per source (or a failure Event).
+    fn written(
+        &mut self,
+        workload: &Workload,
+        sources: &[(ResourceKey, crate::watch::DataHash)],
+        result: crate::reload::write::WriteResult,
+        took: Duration,
+    ) -> WriteResult {
         let kind = workload.key.kind.kind();
-        let started = Instant::now();
-        let result = self.writes.write(workload, &patch, jiff::Timestamp::now()).await;
-        self.metrics.action_latency.with_label_values(&[kind]).observe(started.elapsed().as_secs_f64());
+        self.metrics.action_latency.with_label_values(&[kind]).observe(took.as_secs_f64());
         match result {
             Ok(Some(updated)) => {
                 self.metrics.action.with_label_values(&[kind, "success"]).inc();

@@ -23,6 +23,8 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 pub struct Throttle {
     pub addr: SocketAddr,
     requests: Arc<AtomicU64>,
+    /// Deployment PATCHes in flight now, and the most at once.
+    writes: Arc<(AtomicU64, AtomicU64)>,
     /// Requests answered 429, by HTTP method.
     throttled: Arc<Mutex<BTreeMap<String, u64>>>,
     accept: JoinHandle<()>,
@@ -42,16 +44,33 @@ fn certs(file: &str) -> Vec<CertificateDer<'static>> {
 impl Throttle {
     /// Start the proxy; every `every`-th request (the 1st, the `every+1`-th, ...) gets a 429.
     pub async fn start(upstream: SocketAddr, every: u64) -> Throttle {
-        Self::start_with(upstream, Some(every), None).await
+        Self::start_with(upstream, Some(every), None, None).await
     }
 
     /// A proxy that drops query parameter `param` from every request (as an API server that
     /// does not know it would ignore it), throttling none.
     pub async fn dropping(upstream: SocketAddr, param: &'static str) -> Throttle {
-        Self::start_with(upstream, None, Some(param)).await
+        Self::start_with(upstream, None, Some(param), None).await
     }
 
-    async fn start_with(upstream: SocketAddr, every: Option<u64>, drop_param: Option<&'static str>) -> Throttle {
+    /// A proxy that holds every Deployment PATCH for `delay` before forwarding it (a slow API
+    /// server), so that writes sent side by side are in flight together
+    /// ([`Throttle::most_writes_in_flight`]).
+    pub async fn slowing_writes(upstream: SocketAddr, delay: std::time::Duration) -> Throttle {
+        Self::start_with(upstream, None, None, Some(delay)).await
+    }
+
+    /// The most Deployment PATCHes that were in flight at once.
+    pub fn most_writes_in_flight(&self) -> u64 {
+        self.writes.1.load(Ordering::SeqCst)
+    }
+
+    async fn start_with(
+        upstream: SocketAddr,
+        every: Option<u64>,
+        drop_param: Option<&'static str>,
+        slow_writes: Option<std::time::Duration>,
+    ) -> Throttle {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let key = PrivateKeyDer::from_pem_file(pki("serving.key")).expect("the serving key");
         let server = rustls::ServerConfig::builder()
@@ -72,15 +91,20 @@ impl Throttle {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the throttling proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (requests, throttled) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(BTreeMap::new())));
+        let writes = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let accept = tokio::spawn({
-            let (requests, throttled) = (requests.clone(), throttled.clone());
+            let (requests, throttled, writes) = (requests.clone(), throttled.clone(), writes.clone());
             async move {
                 while let Ok((tcp, _)) = listener.accept().await {
                     let (acceptor, connector) = (acceptor.clone(), connector.clone());
-                    let (requests, throttled) = (requests.clone(), throttled.clone());
+                    let (requests, throttled, writes) = (requests.clone(), throttled.clone(), writes.clone());
                     tokio::spawn(async move {
                         let Ok(mut client) = acceptor.accept(tcp).await else { return };
                         let Some((head, rest)) = read_head(&mut client).await else { return };
+                        let _write = is_deployment_patch(&head).then(|| InFlight::enter(writes.clone()));
+                        if let (Some(delay), Some(_)) = (slow_writes, &_write) {
+                            tokio::time::sleep(delay).await;
+                        }
                         let n = requests.fetch_add(1, Ordering::Relaxed);
                         if every.is_some_and(|every| n % every == 0) {
                             let method = head.split(|b| *b == b' ').next().unwrap_or_default();
@@ -112,7 +136,7 @@ impl Throttle {
                 }
             }
         });
-        Throttle { addr, requests, throttled, accept }
+        Throttle { addr, requests, writes, throttled, accept }
     }
 
     /// Requests seen, and those answered 429 by HTTP method.
@@ -125,6 +149,29 @@ impl Throttle {
 impl Drop for Throttle {
     fn drop(&mut self) {
         self.accept.abort();
+    }
+}
+
+fn is_deployment_patch(head: &[u8]) -> bool {
+    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    line.starts_with("PATCH ") && line.contains("/deployments/")
+}
+
+/// One request counted in flight until dropped, raising the most seen at once.
+struct InFlight(Arc<(AtomicU64, AtomicU64)>);
+
+impl InFlight {
+    fn enter(counts: Arc<(AtomicU64, AtomicU64)>) -> InFlight {
+        let now = counts.0.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.1.fetch_max(now, Ordering::SeqCst);
+        InFlight(counts)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
