@@ -23,6 +23,13 @@ use tokio::process::{Child, Command};
 const LABEL: &str = "reloader-fleet.loadtest";
 const HOME: &str = "lt-home";
 const RATE_PER_SEC: u64 = 25;
+/// The replicas' log filter: warnings, plus the lines that time each change's stages.
+const STAGE_LOGS: &str = "warn,reloader_fleet::watch::watcher=debug,reloader_fleet::reload::engine=debug";
+
+fn log_path(mode: &str, replicas: usize, r: usize) -> String {
+    let log_dir = std::env::var("LOG_DIR").unwrap_or_else(|_| ".cluster/logs".into());
+    format!("{log_dir}/loadtest-{mode}-{replicas}-{r}.log")
+}
 
 fn ns_name(i: usize) -> String {
     format!("lt-{i:04}")
@@ -46,13 +53,19 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
 
     populate(&client, namespaces).await?;
+    for r in 0..replicas {
+        // This run's stages only.
+        let _ = std::fs::remove_file(log_path(&mode, replicas, r));
+    }
     let mut controllers = start(replicas, namespaces, &mode).await?;
     let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
     wait_ready(&ports, replicas).await?;
     println!("fleet ready: {replicas} replica(s), {mode} watches, {namespaces} namespaces");
 
     let before: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
-    let latencies = run_updates(&client, namespaces, updates).await?;
+    let all_updates = run_updates(&client, namespaces, updates).await?;
+    let latencies: Vec<f64> =
+        all_updates.lock().map(|u| u.values().filter_map(|u| u.latency).collect()).unwrap_or_default();
     let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
 
     let server_port = server_port()?;
@@ -85,6 +98,8 @@ async fn main() -> anyhow::Result<()> {
         pct(0.99) * 1000.0,
         sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
     );
+    let logs: Vec<String> = (0..replicas).map(|r| log_path(&mode, replicas, r)).collect();
+    print_stages(&all_updates, &logs);
     if replicas > 1 {
         handoff(&mut controllers).await?;
     }
@@ -196,7 +211,6 @@ async fn start(replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result
 /// Start replica `r` of `replicas` (its log is appended to, so a restarted replica keeps one).
 async fn start_one(r: usize, replicas: usize, namespaces: usize, mode: &str) -> anyhow::Result<(Child, u16)> {
     let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
-    let log_dir = std::env::var("LOG_DIR").unwrap_or_else(|_| ".cluster/logs".into());
     {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), "--shards=16".to_string()];
@@ -211,16 +225,15 @@ async fn start_one(r: usize, replicas: usize, namespaces: usize, mode: &str) -> 
             "server" => args.extend([format!("--namespace-selector={LABEL}=1"), "--shard-placement=fnv-ranges".into()]),
             _ => args.push(format!("--namespace-selector={LABEL}=1")),
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(format!("{log_dir}/loadtest-{mode}-{replicas}-{r}.log"))?;
+        // JSON logs with the stages of each change (read by `print_stages`).
+        args.push("--log-format=json".into());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path(mode, replicas, r))?;
         let child = Command::new(&binary)
             .args(&args)
             .env("POD_NAME", format!("lt-replica-{r}"))
             .env("POD_NAMESPACE", HOME)
             .env("HEALTH_ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env("RUST_LOG", std::env::var("LOADTEST_LOG").unwrap_or_else(|_| STAGE_LOGS.into()))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -389,30 +402,60 @@ async fn api_calls(port: u16) -> HashMap<String, f64> {
     by_verb
 }
 
-/// Update `cfg-0` of random namespaces at a steady rate; return each update's latency until
-/// `app-0` records the new hash, as seen by a watch on Deployments.
-async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyhow::Result<Vec<f64>> {
+/// One update's times on the wall clock: sent, PATCH returned, patch observed by the driver.
+#[derive(Clone, Debug, Default)]
+struct Update {
+    sent: Option<jiff::Timestamp>,
+    returned: Option<jiff::Timestamp>,
+    observed: Option<jiff::Timestamp>,
+    /// From sending the PATCH to observing the Deployment patch.
+    latency: Option<f64>,
+}
+
+type Updates = Arc<Mutex<HashMap<(String, String), Update>>>;
+
+/// Update `cfg-0` of random namespaces at a steady rate; return each update's times, keyed
+/// by namespace and the hash `app-0` records for it, as seen by a watch on Deployments (which
+/// has finished its initial list before the first update leaves: an update observed only in
+/// that list would count the list's time as latency).
+async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyhow::Result<Updates> {
+    let all: Updates = Arc::default();
     let pending: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
-    let done: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let (listed_tx, listed) = tokio::sync::oneshot::channel::<()>();
     let watch = tokio::spawn({
-        let (pending, done, client) = (pending.clone(), done.clone(), client.clone());
+        let (pending, all, client) = (pending.clone(), all.clone(), client.clone());
         async move {
             let api: Api<Deployment> = Api::all(client);
-            let mut stream = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
-            while let Some(Ok(d)) = stream.next().await {
+            let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let mut listed_tx = Some(listed_tx);
+            while let Some(Ok(event)) = stream.next().await {
+                let d = match event {
+                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => d,
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = listed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
                 let ns = d.metadata.namespace.clone().unwrap_or_default();
                 let value = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| {
                     s.containers[0].env.as_ref()?.iter().find(|e| e.name == "STAKATER_CFG_0_CONFIGMAP")?.value.clone()
                 });
-                if let Some(value) = value
-                    && let Some(started) = pending.lock().map(|mut p| p.remove(&(ns, value))).ok().flatten()
-                    && let Ok(mut d) = done.lock()
+                let Some(value) = value else { continue };
+                let key = (ns, value);
+                if let Some(started) = pending.lock().map(|mut p| p.remove(&key)).ok().flatten()
+                    && let Ok(mut all) = all.lock()
+                    && let Some(update) = all.get_mut(&key)
                 {
-                    d.push(started.elapsed().as_secs_f64());
+                    update.latency = Some(started.elapsed().as_secs_f64());
+                    update.observed = Some(jiff::Timestamp::now());
                 }
             }
         }
     });
+    tokio::time::timeout(Duration::from_secs(120), listed).await.context("the Deployment watch did not list")??;
     // Open loop: updates leave on schedule whatever the latency of earlier ones.
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let mut sends = Vec::with_capacity(updates);
@@ -430,14 +473,24 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
         let ns = ns_name((state % namespaces as u64) as usize);
         let value = format!("r{run}-u{u}");
         let hash = DataHash::of_configmap(&[("v".to_string(), value.clone())].into(), &Default::default()).to_string();
-        if let Ok(mut p) = pending.lock() {
-            p.insert((ns.clone(), hash), Instant::now());
-        }
+        let key = (ns.clone(), hash);
         let permit = in_flight.clone().acquire_owned().await?;
+        if let (Ok(mut p), Ok(mut all)) = (pending.lock(), all.lock()) {
+            p.insert(key.clone(), Instant::now());
+            all.insert(key.clone(), Update { sent: Some(jiff::Timestamp::now()), ..Update::default() });
+        }
         let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+        let all = all.clone();
         sends.push(tokio::spawn(async move {
             let _permit = permit;
-            api.patch("cfg-0", &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } }))).await
+            let result =
+                api.patch("cfg-0", &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } }))).await;
+            if let Ok(mut all) = all.lock()
+                && let Some(update) = all.get_mut(&key)
+            {
+                update.returned = Some(jiff::Timestamp::now());
+            }
+            result
         }));
         next += interval;
         tokio::time::sleep_until(next.into()).await;
@@ -455,7 +508,87 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
     if missing > 0 {
         println!("WARNING: {missing} updates were not observed as patches within 120 s");
     }
-    Ok(done.lock().map(|d| d.clone()).unwrap_or_default())
+    Ok(all)
+}
+
+/// When each replica's log (JSON) says a change of `cfg-0` was received by the watches,
+/// decided by the engine and written, by namespace and hash.
+fn controller_times(logs: &[String]) -> HashMap<(String, String), [Option<jiff::Timestamp>; 3]> {
+    let mut times: HashMap<(String, String), [Option<jiff::Timestamp>; 3]> = HashMap::new();
+    for path in logs {
+        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        for line in text.lines() {
+            let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let field = |name: &str| {
+                entry["fields"][name].as_str().or_else(|| entry["span"][name].as_str()).unwrap_or_default().to_string()
+            };
+            let (stage, namespace) = match entry["fields"]["message"].as_str() {
+                Some("resource changed") if field("name") == "cfg-0" => (0, field("namespace")),
+                Some("change decided") if field("name") == "cfg-0" => (1, field("namespace")),
+                Some("workload reloaded") if field("resource").ends_with("/cfg-0") => {
+                    let resource = field("resource");
+                    let namespace = resource.trim_start_matches("ConfigMap ").split('/').next().unwrap_or_default();
+                    (2, namespace.to_string())
+                }
+                _ => continue,
+            };
+            let Some(at) = entry["timestamp"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+                continue;
+            };
+            // The first of each stage (a Deployment `app-0` write comes first, `app-1` uses cfg-1).
+            let slot = &mut times.entry((namespace, field("hash"))).or_default()[stage];
+            if slot.is_none_or(|t| at < t) {
+                *slot = Some(at);
+            }
+        }
+    }
+    times
+}
+
+/// Print where the time of the updates goes: per stage p50 and p99 over all updates, and the
+/// stages of the slowest 1%.
+fn print_stages(updates: &Updates, logs: &[String]) {
+    const STAGES: [&str; 5] = [
+        "PATCH returned",
+        "event received by a watch",
+        "change decided",
+        "Deployment written",
+        "write observed by the driver",
+    ];
+    let controller = controller_times(logs);
+    let Ok(updates) = updates.lock() else { return };
+    let mut per_stage: Vec<Vec<f64>> = vec![Vec::new(); STAGES.len()];
+    let mut rows: Vec<(f64, String)> = Vec::new();
+    for (key, update) in updates.iter() {
+        let [received, decided, written] = controller.get(key).copied().unwrap_or_default();
+        let marks = [update.sent, update.returned, received, decided, written, update.observed];
+        let ms = |a: Option<jiff::Timestamp>, b: Option<jiff::Timestamp>| -> Option<f64> {
+            Some((b?.as_nanosecond() - a?.as_nanosecond()) as f64 / 1e6)
+        };
+        let steps: Vec<Option<f64>> = marks.windows(2).map(|w| ms(w[0], w[1])).collect();
+        for (i, step) in steps.iter().enumerate() {
+            if let Some(step) = step {
+                per_stage[i].push(*step);
+            }
+        }
+        if let Some(total) = update.latency {
+            let shown: Vec<String> =
+                steps.iter().map(|s| s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "?".into())).collect();
+            rows.push((total, format!("{:.0} ms = {} ({}/cfg-0)", total * 1000.0, shown.join(" + "), key.0)));
+        }
+    }
+    println!("stage (from the previous one)       p50       p99      max   [wall clock: driver and replica logs]");
+    for (name, values) in STAGES.iter().zip(per_stage.iter_mut()) {
+        values.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| values.get(((values.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied();
+        let show = |v: Option<f64>| v.map(|v| format!("{v:.1} ms")).unwrap_or_else(|| "-".into());
+        println!("  {name:<32} {:>9} {:>9} {:>9}", show(pct(0.5)), show(pct(0.99)), show(values.last().copied()));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    println!("slowest updates, ms per stage ({}):", STAGES.join(" + "));
+    for (_, row) in rows.iter().take((rows.len() / 100).max(3)) {
+        println!("  {row}");
+    }
 }
 
 fn rss_mib(pid: u32) -> Option<f64> {

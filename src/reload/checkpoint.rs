@@ -51,6 +51,7 @@ pub enum Error {
 }
 
 /// Where a checkpoint lives and how to read and write it.
+#[derive(Clone)]
 pub struct Checkpoint {
     api: Api<ConfigMap>,
     namespace: String,

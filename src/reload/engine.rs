@@ -38,6 +38,7 @@ mod shards;
 
 use batch::{PlannedWrite, Prepared};
 use deferred::Deferred;
+use shards::{SaveResults, Saving};
 
 /// Field manager of every write, as Reloader's.
 pub const FIELD_MANAGER: &str = "Reloader";
@@ -175,6 +176,7 @@ pub async fn run(
         deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
         queue: VecDeque::new(),
+        saving: None,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
     reconciled.send_replace(true);
@@ -220,9 +222,12 @@ pub async fn run(
                     engine.follow(&wanted).await;
                 }
             }
-            () = tokio::time::sleep_until(save_deadline), if save_at.is_some() => {
+            () = tokio::time::sleep_until(save_deadline), if save_at.is_some() && engine.saving.is_none() => {
                 save_at = None;
-                if !engine.save_dirty().await {
+                engine.start_save();
+            }
+            Some(done) = saving_done(&mut engine.saving) => {
+                if !engine.saved(done) {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
             }
@@ -236,6 +241,16 @@ pub async fn run(
     // was acted on. Queued changes are covered by the checkpoint: they were not acted on.
     engine.follow(&BTreeSet::new()).await;
     Ok(())
+}
+
+/// The end of the background checkpoint save, if one is in flight (else never).
+async fn saving_done(saving: &mut Option<Saving>) -> Option<Result<SaveResults, tokio::task::JoinError>> {
+    let done = match saving.as_mut() {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
+    };
+    *saving = None;
+    Some(done)
 }
 
 fn far_future() -> Instant {
@@ -282,6 +297,8 @@ struct Engine {
     write_attempts: HashMap<WorkloadKey, u32>,
     /// Changes received and not yet handled (the next batches), oldest first.
     queue: VecDeque<Change>,
+    /// The checkpoint save running in the background, if any.
+    saving: Option<Saving>,
 }
 
 impl Engine {

@@ -726,7 +726,8 @@ impl WatchTask {
             self.deferred.push(change);
             return Ok(());
         }
-        debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed");
+        let hash = change.observed.map(|h| h.to_string()).unwrap_or_default();
+        debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, hash, "resource changed");
         self.changes.send(change).await.map_err(|_| Error::EngineGone)
     }
 

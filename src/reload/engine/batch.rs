@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, debug, info_span};
 
 use super::{Engine, Outcome, Transition};
 use crate::reload::write::Writes;
@@ -104,6 +104,9 @@ impl Engine {
             let acted_before = self.acted.get(&key).copied();
             let started = Instant::now();
             let prepared = self.prepare(&change, forced).instrument(span.clone()).await;
+            if let Prepared::Writes { writes, hash, .. } = &prepared {
+                span.in_scope(|| debug!(hash = %hash, writes = writes.len(), "change decided"));
+            }
             changes.push(InBatch { key, shard, acted_before, started, span, prepared });
         }
         let planned: Vec<(&PlannedWrite, &tracing::Span)> = changes

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use futures::StreamExt;
+
 use tracing::{debug, info, warn};
 
 use super::{Engine, Transition};
@@ -11,6 +13,10 @@ use crate::watch::{Cause, Change, ResourceKey, ResourceState};
 
 /// Checkpoints saved at once.
 const CHECKPOINT_SAVES: usize = 4;
+
+/// What a background save wrote: per shard, the checkpoint copy and how its save went.
+pub(super) type SaveResults = Vec<(u32, Checkpoint, Result<(), crate::reload::checkpoint::Error>)>;
+pub(super) type Saving = tokio::task::JoinHandle<SaveResults>;
 
 impl Engine {
     /// Compare a shard's part of the synced store with its checkpoint: what changed while
@@ -91,6 +97,9 @@ impl Engine {
     }
 
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
+        // A background save writes copies of the checkpoints: done before any is dropped,
+        // replaced or written here, so that no stale copy is written after them.
+        self.finish_saving().await;
         let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         // Saved together, with one retry: after that, the next owner replays the recent changes
         // (harmless). Every lost shard is saved (a save that would write what the checkpoint
@@ -169,8 +178,60 @@ impl Engine {
         entries
     }
 
-    pub(super) async fn save_dirty(&mut self) -> bool {
-        self.save_shards(self.dirty.clone()).await
+    /// Start saving the dirty checkpoints in the background: no change waits for a save.
+    /// Copies are written; [`Engine::saved`] keeps their new versions. Only one save is in
+    /// flight at once, and taking up or letting go of a shard waits for it first.
+    pub(super) fn start_save(&mut self) {
+        let shards = std::mem::take(&mut self.dirty);
+        let copies: Vec<(u32, Checkpoint, HashMap<ResourceKey, ShortHash>)> = shards
+            .into_iter()
+            .filter_map(|shard| Some((shard, self.checkpoints.get(&shard)?.clone(), self.entries(shard))))
+            .collect();
+        self.saving = Some(tokio::spawn(async move {
+            futures::stream::iter(copies)
+                .map(|(shard, mut checkpoint, entries)| async move {
+                    let result = checkpoint.save(&entries).await;
+                    (shard, checkpoint, result)
+                })
+                .buffer_unordered(CHECKPOINT_SAVES)
+                .collect()
+                .await
+        }));
+    }
+
+    /// Take in a finished background save; false if any checkpoint failed to save (it is
+    /// dirty again, for the next save).
+    pub(super) fn saved(&mut self, done: Result<SaveResults, tokio::task::JoinError>) -> bool {
+        let Ok(results) = done else {
+            // The save task panicked: nothing is known saved.
+            self.dirty.extend(self.checkpoints.keys().copied());
+            return false;
+        };
+        let mut ok = true;
+        for (shard, checkpoint, result) in results {
+            match result {
+                Ok(()) => {
+                    if let Some(kept) = self.checkpoints.get_mut(&shard) {
+                        *kept = checkpoint;
+                    }
+                }
+                Err(err) => {
+                    ok = false;
+                    self.dirty.insert(shard);
+                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                    warn!(shard, error = %err, "saving the checkpoint failed; retrying");
+                }
+            }
+        }
+        ok
+    }
+
+    /// Wait for the background save in flight, if any, and take it in.
+    async fn finish_saving(&mut self) {
+        if let Some(saving) = self.saving.take() {
+            let done = saving.await;
+            self.saved(done);
+        }
     }
 
     /// Save the checkpoints of `shards`, a few at once; false if any save failed.
