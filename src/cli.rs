@@ -235,6 +235,22 @@ pub struct Args {
     #[arg(long, env = "SHARD_PLACEMENT", default_value = "hashring", global = true)]
     pub shard_placement: Placement,
 
+    /// Offer HTTP/2 to the API server: many watches share a few connections (at most 500
+    /// requests open on each). A server that answers with HTTP/1.1 gets HTTP/1.1 (a connection
+    /// per open request, as before); `false` offers only HTTP/1.1.
+    #[arg(long, env = "HTTP2", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true", global = true)]
+    pub http2: bool,
+    /// Requests a second to the API server, at most, as client-go's `--kube-api-qps`; 0 (the
+    /// default) sets no limit: the API server's priority and fairness answers 429 when it must,
+    /// and the client retries after `Retry-After`. (Reloader's client-go default is 5/s, which
+    /// makes a 2,000-workload fan-out take minutes.)
+    #[arg(long, env = "KUBE_API_QPS", default_value = "0", value_parser = parse_rate, global = true)]
+    pub kube_api_qps: f64,
+    /// Requests allowed at once above `--kube-api-qps` (client-go's `--kube-api-burst`); 0: the
+    /// same as the rate.
+    #[arg(long, env = "KUBE_API_BURST", default_value = "0", global = true)]
+    pub kube_api_burst: u32,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 
@@ -351,7 +367,7 @@ fn go_bool(value: &str) -> Result<bool, String> {
 fn parse_rate(value: &str) -> Result<f64, String> {
     match value.trim().parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
-        _ => Err(format!("{value:?} is not a rate (a number of writes a second, 0 for no budget)")),
+        _ => Err(format!("{value:?} is not a rate (a number a second, 0 for none)")),
     }
 }
 

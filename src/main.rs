@@ -1,6 +1,7 @@
 //! The `reloader` binary: parse configuration, connect to Kubernetes, wire the rooms, supervise.
 
 mod cli;
+mod client;
 mod explain;
 mod fleet_status;
 
@@ -89,6 +90,9 @@ async fn main() -> anyhow::Result<()> {
         max_concurrent_writes,
         shards,
         shard_placement,
+        http2,
+        kube_api_qps,
+        kube_api_burst,
         command,
         sources: _,
     } = args;
@@ -114,11 +118,10 @@ async fn main() -> anyhow::Result<()> {
         .context("cannot build a Kubernetes client config from the kubeconfig or in-cluster config")?;
     // Adds `shardSelector` to the watches the API server filters by shard (probed below).
     let server_shards = watch::ServerShards::default();
-    let client = kube::client::ClientBuilder::try_from(kube_config)
-        .context("cannot build a Kubernetes client")?
-        .with_layer(&api_calls.layer())
-        .with_layer(&server_shards.layer())
-        .build();
+    let outer = tower::ServiceBuilder::new().layer(api_calls.layer()).layer(server_shards.layer()).into_inner();
+    let burst = if kube_api_burst == 0 { kube_api_qps.ceil() as u32 } else { kube_api_burst };
+    let client_settings = client::Settings { http2, rate: (kube_api_qps > 0.0).then_some((kube_api_qps, burst)) };
+    let client = client::build(&kube_config, client_settings, outer).context("cannot build a Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
     let ring = Arc::new(

@@ -220,7 +220,8 @@ fn sharding_values_render_the_fleet() {
     let err = try_render("reloader: {sharding: {shards: 4}}").expect_err("shards without HA");
     assert!(err.contains("reloader.sharding.shards needs reloader.enableHA: true"), "{err}");
     let docs = render(
-        "reloader: {annotationLint: false, coalesceWindow: 2s, maxRolloutsPerSecond: 50, maxConcurrentRollouts: 5}",
+        "reloader: {annotationLint: false, coalesceWindow: 2s, maxRolloutsPerSecond: 50, maxConcurrentRollouts: 5,
+          maxConcurrentWrites: 32, http2: false}",
     );
     assert_eq!(
         args(&docs),
@@ -229,9 +230,11 @@ fn sharding_values_render_the_fleet() {
             "--annotation-lint=false",
             "--coalesce-window=2s",
             "--max-rollouts-per-second=50",
-            "--max-concurrent-rollouts=5"
+            "--max-concurrent-rollouts=5",
+            "--max-concurrent-writes=32",
+            "--http2=false"
         ],
-        "the lint is on unless turned off; coalescing and the budget are off unless set"
+        "the lint and HTTP/2 are on unless turned off; coalescing and the budget are off unless set"
     );
 }
 

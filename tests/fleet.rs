@@ -333,6 +333,35 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
     .await;
 }
 
+/// Namespace-scoped watches of 12 namespaces (84 watches) share one HTTP/2 connection; with
+/// `--http2=false` each holds a connection of its own (HTTP/1.1), as kube's client does.
+#[tokio::test]
+async fn namespace_scoped_watches_share_an_http2_connection() {
+    with_temp_ns("fleet-h2", |client, home| async move {
+        let (_, namespaces) = served_namespaces(&client, &home).await;
+        let scope = format!("--namespaces={}", namespaces.join(","));
+        let all = NAMESPACES as f64 * 7.0;
+        let mut seen = Vec::new();
+        for http2 in ["--http2=true", "--http2=false"] {
+            let args = [scope.as_str(), "--is-openshift=false", http2];
+            let a = start_with(&home, &format!("{home}-{}", &http2[8..]), &args, &support::kubeconfig_path()).await;
+            wait_for("every namespace watched", || async {
+                (a.metric("reloader_shards_active").await == 16.0 && a.metric("reloader_watch_streams").await == all)
+                    .then_some(())
+            })
+            .await;
+            seen.push(a.api_connections().await);
+            update_all(&client, &namespaces, &http2[8..]).await;
+            a.stop().await;
+        }
+        println!("{all} watches: {} connection(s) with HTTP/2, {} with HTTP/1.1", seen[0], seen[1]);
+        assert!(seen[0] <= 2, "{} connections for {all} watches over HTTP/2", seen[0]);
+        assert!(seen[1] as f64 >= all, "{} connections for {all} watches over HTTP/1.1", seen[1]);
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn enable_ha_with_one_shard_is_reloaders_ha_one_active_replica_on_reloaders_lock() {
     use k8s_openapi::api::coordination::v1::Lease;

@@ -173,6 +173,17 @@ impl Controller {
             .unwrap_or(0)
     }
 
+    /// Established TCP connections from this controller to the API server (`ss`).
+    pub async fn api_connections(&self) -> usize {
+        let pid = self.child.as_ref().and_then(|c| c.id()).expect("running");
+        let server = super::proxy::api_server_addr();
+        let out = Command::new("ss").args(["-tnpH", "state", "established"]).output().await.expect("run ss");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("pid={pid},")) && l.contains(&format!("{server} ")))
+            .count()
+    }
+
     /// LIST and GET requests this controller has sent so far (its own API call counter).
     pub async fn api_reads(&self) -> f64 {
         self.metrics()

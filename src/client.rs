@@ -1,0 +1,236 @@
+//! The Kubernetes client: kube's layers (base URI, auth, headers, retries of 429/503/504) over
+//! a small pool of HTTP/2 connections, so that thousands of watches (namespace-scoped mode)
+//! share a few connections as client-go's do, instead of a connection each.
+//!
+//! ```text
+//!  request ─▶ our layers ─▶ kube's layers ─▶ Connections: the first connection with fewer
+//!            (counting,     (URI, auth,        than STREAMS_PER_CONNECTION requests open
+//!             shardSelector) retries)          (a watch is open until its body ends)
+//! ```
+//! TLS offers `h2` and `http/1.1` (ALPN); a server that picks HTTP/1.1 gets it, and each
+//! connection slot then keeps an HTTP/1.1 pool, as kube's own client does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ConfigExt};
+use tower::{BoxError, Layer, Service, ServiceBuilder};
+
+/// Requests open at once on one HTTP/2 connection, at most: half of kube-apiserver's
+/// `--http2-max-streams-per-connection` (1000), so a stream never waits for a free one.
+pub const STREAMS_PER_CONNECTION: usize = 500;
+/// Connections at most (then the least busy one takes the request).
+const MAX_CONNECTIONS: usize = 64;
+/// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
+/// before the connection (and every watch on it) is dropped and opened again.
+const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
+
+/// How the client talks to the API server.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Offer HTTP/2 (else only HTTP/1.1).
+    pub http2: bool,
+    /// Requests a second, at most (`--kube-api-qps`), with bursts of `burst`; `None`: no limit.
+    pub rate: Option<(f64, u32)>,
+}
+
+/// A client over `config`, with `outer` around everything (it sees each request once, before
+/// kube's retries).
+///
+/// # Errors
+/// When the TLS or auth settings of `config` cannot be used.
+pub fn build<L>(config: &kube::Config, settings: Settings, outer: L) -> anyhow::Result<kube::Client>
+where
+    L: Layer<tower::util::BoxService<Request<Body>, Response<Counted>, BoxError>>,
+    L::Service: Service<Request<Body>, Response = Response<Counted>, Error = BoxError> + Send + 'static,
+    <L::Service as Service<Request<Body>>>::Future: Send,
+{
+    let mut tls = config.rustls_client_config().context("the kubeconfig's TLS settings")?;
+    tls.alpn_protocols =
+        if settings.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = hyper_rustls::HttpsConnector::from((http, Arc::new(tls)));
+    let connections = Connections(Arc::new(Slots {
+        clients: (0..MAX_CONNECTIONS)
+            .map(|_| {
+                HyperClient::builder(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .http2_keep_alive_interval(KEEP_ALIVE.0)
+                    .http2_keep_alive_timeout(KEEP_ALIVE.1)
+                    .http2_keep_alive_while_idle(true)
+                    .build(https.clone())
+            })
+            .collect(),
+        open: (0..MAX_CONNECTIONS).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+        limiter: settings.rate.map(|(qps, burst)| Limiter::new(qps, burst)),
+    }));
+    let retry =
+        config.default_retry.then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let kube_layers = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer().context("the kubeconfig's credentials")?)
+        .layer(config.extra_headers_layer().context("the kubeconfig's extra headers")?)
+        .map_err(BoxError::from)
+        .service(connections);
+    let service = outer.layer(tower::util::BoxService::new(kube_layers));
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+/// The connection slots: one hyper client (one HTTP/2 connection, or an HTTP/1.1 pool) each,
+/// and how many requests each has open.
+struct Slots {
+    clients: Vec<HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>>,
+    open: Vec<Arc<AtomicUsize>>,
+    limiter: Option<Limiter>,
+}
+
+/// The service over the slots.
+#[derive(Clone)]
+struct Connections(Arc<Slots>);
+
+impl Slots {
+    /// The first slot below the stream limit (so a few connections fill up before another
+    /// opens), else the least busy.
+    fn pick(&self) -> usize {
+        let loads: Vec<usize> = self.open.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+        loads
+            .iter()
+            .position(|&n| n < STREAMS_PER_CONNECTION)
+            .unwrap_or_else(|| loads.iter().enumerate().min_by_key(|(_, n)| **n).map(|(i, _)| i).unwrap_or(0))
+    }
+}
+
+impl Service<Request<Body>> for Connections {
+    type Response = Response<Counted>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let slot = self.0.pick();
+        let open = Open::new(self.0.open[slot].clone());
+        let (client, limiter) = (self.0.clients[slot].clone(), self.0.limiter.clone());
+        Box::pin(async move {
+            if let Some(limiter) = limiter {
+                limiter.acquire().await;
+            }
+            let response = client.request(request).await?;
+            Ok(response.map(|body| Counted { body, _open: open }))
+        })
+    }
+}
+
+/// The client-side rate limit, as client-go's: a token bucket of `burst` tokens refilled at
+/// `qps` a second; each request takes one before it is sent, waiting in turn when none is left.
+#[derive(Clone)]
+struct Limiter(Arc<std::sync::Mutex<Bucket>>);
+
+struct Bucket {
+    qps: f64,
+    burst: f64,
+    /// Tokens now; below zero: requests already promised the next tokens.
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Limiter {
+    fn new(qps: f64, burst: u32) -> Limiter {
+        let burst = f64::from(burst.max(1));
+        Limiter(Arc::new(std::sync::Mutex::new(Bucket { qps, burst, tokens: burst, at: tokio::time::Instant::now() })))
+    }
+
+    /// Take a token, waiting for it if the bucket is empty (the wait is reserved at once, so
+    /// requests go in the order they came).
+    async fn acquire(&self) {
+        let wait = {
+            let mut bucket = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = tokio::time::Instant::now();
+            let refill = now.duration_since(bucket.at).as_secs_f64() * bucket.qps;
+            bucket.tokens = (bucket.tokens + refill).min(bucket.burst) - 1.0;
+            bucket.at = now;
+            (bucket.tokens < 0.0).then(|| Duration::from_secs_f64(-bucket.tokens / bucket.qps))
+        };
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// One open request of a slot, until dropped (with the response body, when it is read).
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(count: Arc<AtomicUsize>) -> Open {
+        count.fetch_add(1, Ordering::Relaxed);
+        Open(count)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that holds its request's place on the connection until it ends.
+pub struct Counted {
+    body: Incoming,
+    _open: Open,
+}
+
+impl HttpBody for Counted {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 25 requests at 10/s with a burst of 5: 5 at once, then one every 100 ms (paused time).
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_lets_a_burst_through_then_paces_requests() {
+        let limiter = Limiter::new(10.0, 5);
+        let started = tokio::time::Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..25 {
+            limiter.acquire().await;
+            at.push(started.elapsed().as_millis());
+        }
+        assert_eq!(&at[..5], &[0, 0, 0, 0, 0], "the burst goes at once");
+        assert_eq!(at[5], 100);
+        assert_eq!(at[24], 2000, "20 more at 10 a second");
+    }
+}
