@@ -30,8 +30,10 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 /// Requests open at once on one HTTP/2 connection, at most: half of kube-apiserver's
 /// `--http2-max-streams-per-connection` (1000), so a stream never waits for a free one.
 pub const STREAMS_PER_CONNECTION: usize = 500;
-/// Connections at most (then the least busy one takes the request).
+/// Connections at most (then the least busy one takes the request), of which the last
+/// `REQUEST_CONNECTIONS` carry everything but watches.
 const MAX_CONNECTIONS: usize = 64;
+const REQUEST_CONNECTIONS: usize = 8;
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
 /// before the connection (and every watch on it) is dropped and opened again.
 const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
@@ -61,6 +63,8 @@ where
         if settings.http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
     let mut http = HttpConnector::new();
     http.enforce_http(false);
+    // HTTP/2 writes a request as several frames: without this, Nagle holds the later ones back.
+    http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
     let https = hyper_rustls::HttpsConnector::from((http, Arc::new(tls)));
     let connections = Connections(Arc::new(Slots {
@@ -104,13 +108,19 @@ struct Connections(Arc<Slots>);
 
 impl Slots {
     /// The first slot below the stream limit (so a few connections fill up before another
-    /// opens), else the least busy.
-    fn pick(&self) -> usize {
-        let loads: Vec<usize> = self.open.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    /// opens), else the least busy: watches in the first slots, other requests in the last
+    /// [`REQUEST_CONNECTIONS`], so that writes never queue behind watch streams on one
+    /// connection.
+    fn pick(&self, watch: bool) -> usize {
+        let split = self.open.len() - REQUEST_CONNECTIONS;
+        let range = if watch { 0..split } else { split..self.open.len() };
+        let loads: Vec<(usize, usize)> = range.map(|i| (i, self.open[i].load(Ordering::Relaxed))).collect();
         loads
             .iter()
-            .position(|&n| n < STREAMS_PER_CONNECTION)
-            .unwrap_or_else(|| loads.iter().enumerate().min_by_key(|(_, n)| **n).map(|(i, _)| i).unwrap_or(0))
+            .find(|(_, n)| *n < STREAMS_PER_CONNECTION)
+            .or_else(|| loads.iter().min_by_key(|(_, n)| *n))
+            .map(|(i, _)| *i)
+            .unwrap_or(0)
     }
 }
 
@@ -124,7 +134,8 @@ impl Service<Request<Body>> for Connections {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let slot = self.0.pick();
+        let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let slot = self.0.pick(watch);
         let open = Open::new(self.0.open[slot].clone());
         let (client, limiter) = (self.0.clients[slot].clone(), self.0.limiter.clone());
         Box::pin(async move {
