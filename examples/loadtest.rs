@@ -545,14 +545,18 @@ fn controller_times(logs: &[String]) -> HashMap<(String, String), [Option<jiff::
             let field = |name: &str| {
                 entry["fields"][name].as_str().or_else(|| entry["span"][name].as_str()).unwrap_or_default().to_string()
             };
+            // `resource` is "ConfigMap <namespace>/<name>" (a span's own `name` would shadow a
+            // `name` field in the JSON).
+            let resource = field("resource");
+            let namespace_of = |resource: &str| {
+                resource.trim_start_matches("ConfigMap ").split('/').next().unwrap_or_default().to_string()
+            };
             let (stage, namespace) = match entry["fields"]["message"].as_str() {
-                Some("resource changed") if field("name") == "cfg-0" => (0, field("namespace")),
-                Some("change decided") if field("name") == "cfg-0" => (1, field("namespace")),
-                Some("workload reloaded") if field("resource").ends_with("/cfg-0") => {
-                    let resource = field("resource");
-                    let namespace = resource.trim_start_matches("ConfigMap ").split('/').next().unwrap_or_default();
-                    (2, namespace.to_string())
+                Some("resource changed") if entry["fields"]["name"] == "cfg-0" => {
+                    (0, entry["fields"]["namespace"].as_str().unwrap_or_default().to_string())
                 }
+                Some("change decided") if resource.ends_with("/cfg-0") => (1, namespace_of(&resource)),
+                Some("workload reloaded") if resource.ends_with("/cfg-0") => (2, namespace_of(&resource)),
                 _ => continue,
             };
             let Some(at) = entry["timestamp"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {

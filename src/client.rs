@@ -3,9 +3,10 @@
 //! share a few connections as client-go's do, instead of a connection each.
 //!
 //! ```text
-//!  request ─▶ our layers ─▶ kube's layers ─▶ Connections: the first connection with fewer
-//!            (counting,     (URI, auth,        than STREAMS_PER_CONNECTION requests open
-//!             shardSelector) retries)          (a watch is open until its body ends)
+//!  request ─▶ our layers ─▶ kube's layers ─▶ Connections: watches | other requests, each on
+//!            (counting,     (URI, auth,        the first connection with fewer than
+//!             shardSelector) retries)          STREAMS_PER_CONNECTION open, else a new one
+//!                                              (a watch is open until its body ends)
 //! ```
 //! TLS offers `h2` and `http/1.1` (ALPN); a server that picks HTTP/1.1 gets it, and each
 //! connection slot then keeps an HTTP/1.1 pool, as kube's own client does.
@@ -27,13 +28,10 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
-/// Requests open at once on one HTTP/2 connection, at most: half of kube-apiserver's
-/// `--http2-max-streams-per-connection` (1000), so a stream never waits for a free one.
-pub const STREAMS_PER_CONNECTION: usize = 500;
-/// Connections at most (then the least busy one takes the request), of which the last
-/// `REQUEST_CONNECTIONS` carry everything but watches.
-const MAX_CONNECTIONS: usize = 64;
-const REQUEST_CONNECTIONS: usize = 8;
+/// Requests open at once on one HTTP/2 connection, at most: below the 250 streams a Go
+/// server allows by default (kube-apiserver's `--http2-max-streams-per-connection` is 0, Go's
+/// default, unless set), so a request never waits for a stream that a watch holds for good.
+pub const STREAMS_PER_CONNECTION: usize = 200;
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
 /// before the connection (and every watch on it) is dropped and opened again.
 const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
@@ -67,18 +65,17 @@ where
     http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
     let https = hyper_rustls::HttpsConnector::from((http, Arc::new(tls)));
+    let make: MakeClient = Arc::new(move || {
+        HyperClient::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(KEEP_ALIVE.0)
+            .http2_keep_alive_timeout(KEEP_ALIVE.1)
+            .http2_keep_alive_while_idle(true)
+            .build(https.clone())
+    });
     let connections = Connections(Arc::new(Slots {
-        clients: (0..MAX_CONNECTIONS)
-            .map(|_| {
-                HyperClient::builder(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .http2_keep_alive_interval(KEEP_ALIVE.0)
-                    .http2_keep_alive_timeout(KEEP_ALIVE.1)
-                    .http2_keep_alive_while_idle(true)
-                    .build(https.clone())
-            })
-            .collect(),
-        open: (0..MAX_CONNECTIONS).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
+        watches: Pool::new(make.clone()),
+        requests: Pool::new(make),
         limiter: settings.rate.map(|(qps, burst)| Limiter::new(qps, burst)),
     }));
     let retry =
@@ -94,35 +91,54 @@ where
     Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
 
-/// The connection slots: one hyper client (one HTTP/2 connection, or an HTTP/1.1 pool) each,
-/// and how many requests each has open.
+type Hyper = HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+type MakeClient = Arc<dyn Fn() -> Hyper + Send + Sync>;
+
+/// Watches on connections of their own, other requests on others, so that a write never
+/// queues behind watch streams on one connection.
 struct Slots {
-    clients: Vec<HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>>,
-    open: Vec<Arc<AtomicUsize>>,
+    watches: Pool,
+    requests: Pool,
     limiter: Option<Limiter>,
+}
+
+/// Connection slots, one hyper client each (one HTTP/2 connection, or an HTTP/1.1 pool), with
+/// the requests each has open; a slot is added when every slot is full.
+struct Pool {
+    make: MakeClient,
+    slots: std::sync::RwLock<Vec<(Hyper, Arc<AtomicUsize>)>>,
+}
+
+impl Pool {
+    fn new(make: MakeClient) -> Pool {
+        Pool { make, slots: std::sync::RwLock::new(Vec::new()) }
+    }
+
+    /// The first slot below the stream limit (so a few connections fill up before another
+    /// opens), else a new one; the request is counted open on it.
+    fn take(&self) -> (Hyper, Open) {
+        let free = |slots: &[(Hyper, Arc<AtomicUsize>)]| {
+            slots
+                .iter()
+                .find(|(_, open)| open.load(Ordering::Relaxed) < STREAMS_PER_CONNECTION)
+                .map(|(client, open)| (client.clone(), Open::new(open.clone())))
+        };
+        if let Some(found) = free(&self.slots.read().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+            return found;
+        }
+        let mut slots = self.slots.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = free(&slots) {
+            return found;
+        }
+        let (client, open) = ((self.make)(), Arc::new(AtomicUsize::new(0)));
+        slots.push((client.clone(), open.clone()));
+        (client, Open::new(open))
+    }
 }
 
 /// The service over the slots.
 #[derive(Clone)]
 struct Connections(Arc<Slots>);
-
-impl Slots {
-    /// The first slot below the stream limit (so a few connections fill up before another
-    /// opens), else the least busy: watches in the first slots, other requests in the last
-    /// [`REQUEST_CONNECTIONS`], so that writes never queue behind watch streams on one
-    /// connection.
-    fn pick(&self, watch: bool) -> usize {
-        let split = self.open.len() - REQUEST_CONNECTIONS;
-        let range = if watch { 0..split } else { split..self.open.len() };
-        let loads: Vec<(usize, usize)> = range.map(|i| (i, self.open[i].load(Ordering::Relaxed))).collect();
-        loads
-            .iter()
-            .find(|(_, n)| *n < STREAMS_PER_CONNECTION)
-            .or_else(|| loads.iter().min_by_key(|(_, n)| *n))
-            .map(|(i, _)| *i)
-            .unwrap_or(0)
-    }
-}
 
 impl Service<Request<Body>> for Connections {
     type Response = Response<Counted>;
@@ -135,9 +151,8 @@ impl Service<Request<Body>> for Connections {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-        let slot = self.0.pick(watch);
-        let open = Open::new(self.0.open[slot].clone());
-        let (client, limiter) = (self.0.clients[slot].clone(), self.0.limiter.clone());
+        let (client, open) = if watch { self.0.watches.take() } else { self.0.requests.take() };
+        let limiter = self.0.limiter.clone();
         Box::pin(async move {
             if let Some(limiter) = limiter {
                 limiter.acquire().await;

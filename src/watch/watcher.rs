@@ -492,7 +492,11 @@ impl WatchTask {
         self.metrics.streams.set(self.streams.len() as i64);
         let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
-        let list = list_config(self.config.streaming_lists);
+        // Streaming lists keep a cluster-wide list from being held whole. A namespace's watch
+        // lists little, and thousands of them start at once in namespace-scoped mode: there a
+        // LIST from the watch cache answers at once, where each streaming list waits for the
+        // server's end-of-initial-events bookmark (at 2,000 namespaces, minutes in all).
+        let list = list_config(self.config.streaming_lists && self.config.namespaces.is_none());
         let resource_config = match &selector {
             Some(s) => list.clone().labels(s),
             None => list.clone(),

@@ -105,7 +105,7 @@ impl Engine {
             let started = Instant::now();
             let prepared = self.prepare(&change, forced).instrument(span.clone()).await;
             if let Prepared::Writes { writes, hash, .. } = &prepared {
-                span.in_scope(|| debug!(hash = %hash, writes = writes.len(), "change decided"));
+                span.in_scope(|| debug!(resource = %change.key, hash = %hash, writes = writes.len(), "change decided"));
             }
             changes.push(InBatch { key, shard, acted_before, started, span, prepared });
         }
