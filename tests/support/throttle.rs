@@ -101,8 +101,8 @@ impl Throttle {
                     tokio::spawn(async move {
                         let Ok(mut client) = acceptor.accept(tcp).await else { return };
                         let Some((head, rest)) = read_head(&mut client).await else { return };
-                        let _write = is_deployment_patch(&head).then(|| InFlight::enter(writes.clone()));
-                        if let (Some(delay), Some(_)) = (slow_writes, &_write) {
+                        let write = is_deployment_patch(&head).then(|| InFlight::enter(writes.clone()));
+                        if let (Some(delay), Some(_)) = (slow_writes, &write) {
                             tokio::time::sleep(delay).await;
                         }
                         let n = requests.fetch_add(1, Ordering::Relaxed);
@@ -130,6 +130,15 @@ impl Throttle {
                             || server.write_all(&rest).await.is_err()
                         {
                             return;
+                        }
+                        if let Some(write) = write {
+                            // A write is in flight until its answer starts: the client may send
+                            // the next one while this connection is still closing.
+                            let Some((answer, more)) = read_head(&mut server).await else { return };
+                            drop(write);
+                            if client.write_all(&answer).await.is_err() || client.write_all(&more).await.is_err() {
+                                return;
+                            }
                         }
                         let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
                     });
