@@ -2,7 +2,11 @@
 //! 2 Deployments), R controller processes, U ConfigMap updates; prints per-replica memory, open
 //! connections to the API server, API calls during the updates, and update -> patch latency.
 //!
-//!     loadtest-driver <namespaces> <replicas> <cluster|server|scoped> <updates>
+//!     loadtest <namespaces> <replicas> <cluster|server|scoped> <updates> [rate|burst] [data|annotations]
+//!
+//! The rate is updates a second (25 unless given; `burst`: as fast as they can be sent, 64 in
+//! flight). `annotations` changes only an annotation of each ConfigMap (S4, no-op): nothing may
+//! be rolled, and the driver counts the Deployment writes it observes instead of timing them.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -22,7 +26,26 @@ use tokio::process::{Child, Command};
 
 const LABEL: &str = "reloader-fleet.loadtest";
 const HOME: &str = "lt-home";
-const RATE_PER_SEC: u64 = 25;
+/// Updates a second unless told otherwise (S3).
+const DEFAULT_RATE: u64 = 25;
+
+/// What the updates change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// `data`: each update must roll `app-0` of its namespace once.
+    Data,
+    /// An annotation only: the data hash is unchanged, so nothing may be rolled.
+    Annotation,
+}
+
+/// How the updates are sent.
+#[derive(Clone, Copy)]
+struct Load {
+    updates: usize,
+    /// Updates a second; `None`: as fast as they can be sent.
+    rate: Option<u64>,
+    change: Change,
+}
 /// The replicas' log filter: warnings, plus the lines that time each change's stages.
 const STAGE_LOGS: &str = "warn,reloader_fleet::watch::watcher=debug,reloader_fleet::reload::engine=debug";
 
@@ -53,13 +76,26 @@ async fn main() -> anyhow::Result<()> {
         let replicas: usize = args.get(4).context(usage)?.parse()?;
         return fanout(deployments, updates, replicas, &args[5..]).await;
     }
-    if args.len() != 5 {
-        bail!("usage: loadtest <namespaces> <replicas> <cluster|server|scoped> <updates>");
+    let usage =
+        "usage: loadtest <namespaces> <replicas> <cluster|server|scoped> <updates> [rate|burst] [data|annotations]";
+    if !(5..=7).contains(&args.len()) {
+        bail!(usage);
     }
     let namespaces: usize = args[1].parse().context("namespaces")?;
     let replicas: usize = args[2].parse().context("replicas")?;
     let mode = args[3].clone();
     let updates: usize = args[4].parse().context("updates")?;
+    let rate = match args.get(5).map(String::as_str) {
+        None => Some(DEFAULT_RATE),
+        Some("burst") => None,
+        Some(n) => Some(n.parse::<u64>().ok().filter(|r| *r > 0).context(usage)?),
+    };
+    let change = match args.get(6).map(String::as_str) {
+        None | Some("data") => Change::Data,
+        Some("annotations") => Change::Annotation,
+        Some(_) => bail!(usage),
+    };
+    let load = Load { updates, rate, change };
     let client = Client::try_default().await?;
 
     populate(&client, namespaces).await?;
@@ -72,8 +108,10 @@ async fn main() -> anyhow::Result<()> {
     wait_ready(&ports, replicas).await?;
     println!("fleet ready: {replicas} replica(s), {mode} watches, {namespaces} namespaces");
 
+    let pids: Vec<u32> = controllers.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
+    let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let before: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
-    let all_updates = run_updates(&client, namespaces, updates).await?;
+    let all_updates = run_updates(&client, namespaces, load, &ports).await?;
     let latencies: Vec<f64> =
         all_updates.lock().map(|u| u.values().filter_map(|u| u.latency).collect()).unwrap_or_default();
     let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
@@ -85,9 +123,11 @@ async fn main() -> anyhow::Result<()> {
         let conns = connections(pid, server_port).await;
         let diff =
             |verb: &str| after[i].get(verb).copied().unwrap_or(0.0) - before[i].get(verb).copied().unwrap_or(0.0);
+        let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before[i];
         println!(
-            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, {} namespaces; during updates: {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT), {} objects received, {} of them foreign",
+            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, {} namespaces; during updates: {cpu:.2} CPU s, {:.0} KiB of watch responses, {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT), {} objects received, {} of them foreign",
             metric(*port, "reloader_namespaces_owned").await,
+            diff("watch-bytes") / 1024.0,
             diff("patch"),
             diff("list"),
             diff("get"),
@@ -97,19 +137,22 @@ async fn main() -> anyhow::Result<()> {
             diff("foreign")
         );
     }
-    let mut sorted = latencies.clone();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let pct =
-        |p: f64| sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
-    println!(
-        "update -> patch latency over {} updates: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-        sorted.len(),
-        pct(0.50) * 1000.0,
-        pct(0.99) * 1000.0,
-        sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
-    );
-    let logs: Vec<String> = (0..replicas).map(|r| log_path(&mode, replicas, r)).collect();
-    print_stages(&all_updates, &logs);
+    if change == Change::Data {
+        let mut sorted = latencies.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| {
+            sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN)
+        };
+        println!(
+            "update -> patch latency over {} updates: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            sorted.len(),
+            pct(0.50) * 1000.0,
+            pct(0.99) * 1000.0,
+            sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
+        );
+        let logs: Vec<String> = (0..replicas).map(|r| log_path(&mode, replicas, r)).collect();
+        print_stages(&all_updates, &logs);
+    }
     if replicas > 1 {
         handoff(&mut controllers).await?;
     }
@@ -414,6 +457,9 @@ async fn api_calls(port: u16) -> HashMap<String, f64> {
                 *by_verb.entry(key.to_string()).or_insert(0.0) += value;
             }
         }
+        if line.starts_with("reloader_api_response_bytes_total{request=\"watch\"}") {
+            *by_verb.entry("watch-bytes".to_string()).or_insert(0.0) += value;
+        }
         if !line.starts_with("reloader_api_requests_total{") {
             continue;
         }
@@ -441,19 +487,24 @@ type Updates = Arc<Mutex<HashMap<(String, String), Update>>>;
 /// by namespace and the hash `app-0` records for it, as seen by a watch on Deployments (which
 /// has finished its initial list before the first update leaves: an update observed only in
 /// that list would count the list's time as latency).
-async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyhow::Result<Updates> {
+async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u16]) -> anyhow::Result<Updates> {
+    let Load { updates, rate, change } = load;
     let all: Updates = Arc::default();
     let pending: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
+    // Deployments whose generation grew after the initial list: rollouts (S4 expects none).
+    let rolled: Arc<Mutex<HashMap<(String, String), i64>>> = Arc::default();
     let (listed_tx, listed) = tokio::sync::oneshot::channel::<()>();
     let watch = tokio::spawn({
-        let (pending, all, client) = (pending.clone(), all.clone(), client.clone());
+        let (pending, all, client, rolled) = (pending.clone(), all.clone(), client.clone(), rolled.clone());
         async move {
             let api: Api<Deployment> = Api::all(client);
             let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
             let mut listed_tx = Some(listed_tx);
+            let mut generations: HashMap<(String, String), i64> = HashMap::new();
             while let Some(Ok(event)) = stream.next().await {
-                let d = match event {
-                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => d,
+                let (d, initial) = match event {
+                    watcher::Event::Apply(d) => (d, false),
+                    watcher::Event::InitApply(d) => (d, true),
                     watcher::Event::InitDone => {
                         if let Some(tx) = listed_tx.take() {
                             let _ = tx.send(());
@@ -463,6 +514,15 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
                     _ => continue,
                 };
                 let ns = d.metadata.namespace.clone().unwrap_or_default();
+                let id = (ns.clone(), d.metadata.name.clone().unwrap_or_default());
+                let generation = d.metadata.generation.unwrap_or(0);
+                let grew = generations.insert(id.clone(), generation).is_some_and(|g| generation > g);
+                if grew
+                    && !initial
+                    && let Ok(mut rolled) = rolled.lock()
+                {
+                    *rolled.entry(id).or_insert(0) += 1;
+                }
                 let value = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| {
                     s.containers[0].env.as_ref()?.iter().find(|e| e.name == "STAKATER_CFG_0_CONFIGMAP")?.value.clone()
                 });
@@ -479,6 +539,7 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
         }
     });
     tokio::time::timeout(Duration::from_secs(120), listed).await.context("the Deployment watch did not list")??;
+    let received_before = received(ports).await;
     // Open loop: updates leave on schedule whatever the latency of earlier ones.
     let in_flight = Arc::new(tokio::sync::Semaphore::new(64));
     let mut sends = Vec::with_capacity(updates);
@@ -486,7 +547,7 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
     // Values unique to this run: a rerun on the same namespaces must change every ConfigMap
     // (the same value again is a no-op at the API server: no event, nothing to reload).
     let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
-    let interval = Duration::from_micros(1_000_000 / RATE_PER_SEC);
+    let interval = rate.map(|r| Duration::from_micros(1_000_000 / r));
     let sending = Instant::now();
     let mut next = Instant::now();
     for u in 0..updates {
@@ -499,15 +560,20 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
         let key = (ns.clone(), hash);
         let permit = in_flight.clone().acquire_owned().await?;
         if let (Ok(mut p), Ok(mut all)) = (pending.lock(), all.lock()) {
-            p.insert(key.clone(), Instant::now());
+            if change == Change::Data {
+                p.insert(key.clone(), Instant::now());
+            }
             all.insert(key.clone(), Update { sent: Some(jiff::Timestamp::now()), ..Update::default() });
         }
         let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
         let all = all.clone();
+        let body = match change {
+            Change::Data => json!({ "data": { "v": value } }),
+            Change::Annotation => json!({ "metadata": { "annotations": { "loadtest/touched": value } } }),
+        };
         sends.push(tokio::spawn(async move {
             let _permit = permit;
-            let result =
-                api.patch("cfg-0", &PatchParams::default(), &Patch::Merge(json!({ "data": { "v": value } }))).await;
+            let result = api.patch("cfg-0", &PatchParams::default(), &Patch::Merge(body)).await;
             if let Ok(mut all) = all.lock()
                 && let Some(update) = all.get_mut(&key)
             {
@@ -515,16 +581,32 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
             }
             result
         }));
-        next += interval;
-        tokio::time::sleep_until(next.into()).await;
+        if let Some(interval) = interval {
+            next += interval;
+            tokio::time::sleep_until(next.into()).await;
+        }
     }
     for send in sends {
         send.await??;
     }
-    println!("sent {updates} updates in {:.1?} (target {RATE_PER_SEC}/s)", sending.elapsed());
+    let target = rate.map_or("as fast as they go".to_string(), |r| format!("target {r}/s"));
+    println!("sent {updates} updates in {:.1?} ({target})", sending.elapsed());
     let deadline = Instant::now() + Duration::from_secs(120);
     while pending.lock().map(|p| !p.is_empty()).unwrap_or(false) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if change == Change::Annotation {
+        // Every update reached a watch; a wrong rollout would follow within milliseconds, so
+        // a second more is ample for the driver's watch to see it.
+        while received(ports).await - received_before < updates as f64 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let seen = received(ports).await - received_before;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rollouts: i64 = rolled.lock().map(|r| r.values().sum()).unwrap_or(0);
+        println!(
+            "no-op: {updates} annotation-only updates, {seen} received by their owners' watches, {rollouts} Deployment rollouts observed (0 expected)"
+        );
     }
     watch.abort();
     let missing = pending.lock().map(|p| p.len()).unwrap_or(0);
@@ -532,6 +614,14 @@ async fn run_updates(client: &Client, namespaces: usize, updates: usize) -> anyh
         println!("WARNING: {missing} updates were not observed as patches within 120 s");
     }
     Ok(all)
+}
+
+/// Objects of their own shards the replicas' watches have received so far, summed (each
+/// update is one, whatever the watch mode).
+async fn received(ports: &[u16]) -> f64 {
+    let calls = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
+    let count = |c: &HashMap<String, f64>, key: &str| c.get(key).copied().unwrap_or(0.0);
+    calls.iter().map(|c| count(c, "received") - count(c, "foreign")).sum()
 }
 
 /// When each replica's log (JSON) says a change of `cfg-0` was received by the watches,
@@ -616,6 +706,15 @@ fn print_stages(updates: &Updates, logs: &[String]) {
     for (_, row) in rows.iter().take((rows.len() / 100).max(3)) {
         println!("  {row}");
     }
+}
+
+/// User and system CPU time of a process so far (from /proc; the kernel counts in 1/100 s).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 fn rss_mib(pid: u32) -> Option<f64> {

@@ -26,6 +26,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
+use prometheus::IntCounter;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
 /// Requests open at once on one HTTP/2 connection, at most: below the 100 streams hyper's
@@ -38,12 +39,21 @@ pub const STREAMS_PER_CONNECTION: usize = 90;
 const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
 
 /// How the client talks to the API server.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Offer HTTP/2 (else only HTTP/1.1).
     pub http2: bool,
     /// Requests a second, at most (`--kube-api-qps`), with bursts of `burst`; `None`: no limit.
     pub rate: Option<(f64, u32)>,
+    /// Counters of the response body bytes of watches and of other requests.
+    pub response_bytes: ResponseBytes,
+}
+
+/// Response body bytes received, by watches and by other requests.
+#[derive(Clone, Debug)]
+pub struct ResponseBytes {
+    pub watches: IntCounter,
+    pub others: IntCounter,
 }
 
 /// A client over `config`, with `outer` around everything (it sees each request once, before
@@ -78,6 +88,7 @@ where
         watches: Pool::new(make.clone()),
         requests: Pool::new(make),
         limiter: settings.rate.map(|(qps, burst)| Limiter::new(qps, burst)),
+        bytes: settings.response_bytes,
     }));
     let retry =
         config.default_retry.then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
@@ -101,6 +112,7 @@ struct Slots {
     watches: Pool,
     requests: Pool,
     limiter: Option<Limiter>,
+    bytes: ResponseBytes,
 }
 
 /// Connection slots, one hyper client each (one HTTP/2 connection, or an HTTP/1.1 pool), with
@@ -151,15 +163,16 @@ impl Service<Request<Body>> for Connections {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let watch = reloader_fleet::admin::is_watch(request.uri().query());
         let (client, open) = if watch { self.0.watches.take() } else { self.0.requests.take() };
+        let bytes = if watch { self.0.bytes.watches.clone() } else { self.0.bytes.others.clone() };
         let limiter = self.0.limiter.clone();
         Box::pin(async move {
             if let Some(limiter) = limiter {
                 limiter.acquire().await;
             }
             let response = client.request(request).await?;
-            Ok(response.map(|body| Counted { body, _open: open }))
+            Ok(response.map(|body| Counted { body, bytes, _open: open }))
         })
     }
 }
@@ -219,6 +232,7 @@ impl Drop for Open {
 /// A response body that holds its request's place on the connection until it ends.
 pub struct Counted {
     body: Incoming,
+    bytes: IntCounter,
     _open: Open,
 }
 
@@ -230,7 +244,13 @@ impl HttpBody for Counted {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            self.bytes.inc_by(data.len() as u64);
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

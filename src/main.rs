@@ -120,7 +120,14 @@ async fn main() -> anyhow::Result<()> {
     let server_shards = watch::ServerShards::default();
     let outer = tower::ServiceBuilder::new().layer(api_calls.layer()).layer(server_shards.layer()).into_inner();
     let burst = if kube_api_burst == 0 { kube_api_qps.ceil() as u32 } else { kube_api_burst };
-    let client_settings = client::Settings { http2, rate: (kube_api_qps > 0.0).then_some((kube_api_qps, burst)) };
+    let client_settings = client::Settings {
+        http2,
+        rate: (kube_api_qps > 0.0).then_some((kube_api_qps, burst)),
+        response_bytes: client::ResponseBytes {
+            watches: api_calls.response_bytes(true),
+            others: api_calls.response_bytes(false),
+        },
+    };
     let client = client::build(&kube_config, client_settings, outer).context("cannot build a Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");

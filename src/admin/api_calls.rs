@@ -2,14 +2,17 @@
 //! GET per change" is something a test and an operator can check.
 
 use http::{Method, Request};
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tower::util::MapRequestLayer;
 
 /// `reloader_api_requests_total{verb, resource}`; verbs are Kubernetes verbs (get, list,
-/// watch, create, update, patch, delete).
+/// watch, create, update, patch, delete). And `reloader_api_response_bytes_total{request}`:
+/// the body bytes received, for watches and for other requests, so that what server-side
+/// sharding saves each replica can be read off.
 #[derive(Clone)]
 pub struct ApiCalls {
     requests: IntCounterVec,
+    response_bytes: IntCounterVec,
 }
 
 impl ApiCalls {
@@ -21,7 +24,17 @@ impl ApiCalls {
             &["verb", "resource"],
         )?;
         registry.register(Box::new(requests.clone()))?;
-        Ok(ApiCalls { requests })
+        let response_bytes = IntCounterVec::new(
+            Opts::new("reloader_api_response_bytes_total", "Response body bytes received from the Kubernetes API"),
+            &["request"],
+        )?;
+        registry.register(Box::new(response_bytes.clone()))?;
+        Ok(ApiCalls { requests, response_bytes })
+    }
+
+    /// The counter of response body bytes of watches (`watch`) or of other requests.
+    pub fn response_bytes(&self, watch: bool) -> IntCounter {
+        self.response_bytes.with_label_values(&[if watch { "watch" } else { "other" }])
     }
 
     /// A client layer that counts every request passing through it.
@@ -33,6 +46,12 @@ impl ApiCalls {
             req
         })
     }
+}
+
+/// Whether a request's query asks for a watch (`watch=true` or `watch=1`): such a request stays
+/// open, which both this count and the client's connection choice must know.
+pub fn is_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
 /// Kubernetes verb and resource of a request path such as
@@ -53,7 +72,7 @@ fn classify<'a>(method: &Method, path: &'a str, query: &str) -> (&'static str, &
         return (if *method == Method::GET { "get" } else { "other" }, "nonresource");
     };
     let named = rest.len() > 1;
-    let watching = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+    let watching = is_watch(Some(query));
     let verb = match *method {
         Method::GET if watching => "watch",
         Method::GET if named => "get",

@@ -10,7 +10,7 @@ mod fleet;
 mod pprof;
 mod router;
 
-pub use api_calls::ApiCalls;
+pub use api_calls::{ApiCalls, is_watch};
 pub use explain::ExplainSettings;
 pub use fleet::FleetView;
 pub use pprof::{pprof_router, serve_pprof};

@@ -212,17 +212,18 @@ impl Writer {
     }
 
     /// Drop everything stored for a namespace (it left this replica's scope); returns its
-    /// resources as they were.
-    pub fn forget_namespace(&self, namespace: &str) -> Vec<(ResourceKey, ResourceState)> {
+    /// resources and workloads as they were.
+    pub fn forget_namespace(&self, namespace: &str) -> (Vec<(ResourceKey, ResourceState)>, Vec<Arc<Workload>>) {
         let mut inner = self.write();
         let keys = keys_in(inner.resources.keys(), |k| &*k.namespace == namespace);
         inner.baselines.retain(|k, _| &*k.namespace != namespace);
         let resources = keys.into_iter().filter_map(|k| inner.resources.remove(&k).map(|state| (k, state))).collect();
-        inner.workloads.retain(|k, _| &*k.namespace != namespace);
+        let keys = keys_in(inner.workloads.keys(), |k| &*k.namespace == namespace);
+        let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
         inner.refs.retain(|k, _| &*k.namespace != namespace);
         inner.explicit.remove(namespace);
         inner.per_namespace.remove(namespace);
-        resources
+        (resources, workloads)
     }
 }
 
@@ -320,7 +321,8 @@ mod tests {
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("b", "cm"), state);
         writer.apply_workload(workload("a", "w", &["cm"], &[]));
-        writer.forget_namespace("a");
+        let (resources, workloads) = writer.forget_namespace("a");
+        assert_eq!((resources.len(), workloads.len()), (1, 1));
         assert_eq!(store.len(), (1, 0));
         assert!(store.resource(&cm("b", "cm")).is_some());
         assert_eq!(store.namespaces().into_iter().collect::<Vec<_>>(), vec![Arc::from("b")]);
@@ -337,7 +339,7 @@ mod tests {
         let in_a = store.baselines(|k| &*k.namespace == "a");
         assert_eq!(in_a, HashMap::from([(cm("a", "listed"), DataHash::of_bytes(b"0"))]));
         writer.delete_resource(&cm("a", "listed"));
-        let forgotten = writer.forget_namespace("b");
+        let (forgotten, _) = writer.forget_namespace("b");
         assert_eq!(forgotten, vec![(cm("b", "listed"), state(b"0"))]);
         assert!(store.baselines(|_| true).is_empty());
     }

@@ -38,9 +38,11 @@ use crate::watch::{
 };
 
 mod csi_events;
+mod standby;
 mod streams;
 mod unselected;
 
+use standby::Standby;
 pub use streams::streaming_lists_served;
 use streams::{gated, list_config, raw_workload_stream, tagged, watch_kind, workload_stream};
 use unselected::Unselected;
@@ -180,6 +182,7 @@ pub async fn run(
         loading: HashSet::new(),
         deferred: Vec::new(),
         unselected: Unselected::default(),
+        standby: Standby::default(),
         csi: CsiState::default(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
@@ -221,7 +224,7 @@ pub async fn run(
                     info!(shards = ?task.owned, "shards changed; restarting the server-sharded watches");
                     task.config.server_shards.select(&task.config.ring, &task.owned);
                     task.stop_streams();
-                } else if gained && task.config.namespaces.is_none() {
+                } else if gained && task.config.namespaces.is_none() && !task.keeps_standby() {
                     // One watch covers every namespace: it relists to load the gained ones.
                     info!(shards = ?task.owned, "gained shards; relisting watches to load them");
                     task.stop_streams();
@@ -247,7 +250,9 @@ pub async fn run(
 
 /// Initial lists running at once. Namespace-scoped mode opens thousands of watches when it
 /// takes up shards; starting them all at once stalls the API server (and the Lease renewals
-/// waiting behind them).
+/// waiting behind them). Streaming lists take about as long as LISTs here: each waits in the
+/// server for its watch cache to be known fresh. 128 at once started 16,000 watches in 33 s
+/// instead of 53, but three replicas doing so starved their Lease renewals on 2 cores.
 const CONCURRENT_LISTS: usize = 32;
 
 struct WatchTask {
@@ -272,6 +277,9 @@ struct WatchTask {
     /// ConfigMaps and Secrets of owned namespaces outside the label selection: the baseline of
     /// a namespace labelled in.
     unselected: Unselected,
+    /// Objects of other replicas' shards, where the watches decode them anyway (see
+    /// [`WatchTask::stands_by`]): a gained shard is loaded from here, without a relist.
+    standby: Standby,
     /// Pod statuses and classes of the Secrets Store CSI driver, folded into one resource
     /// per SecretProviderClass.
     csi: CsiState,
@@ -359,8 +367,13 @@ impl WatchTask {
                 self.loading.insert(name.to_string());
                 // The relist that loads it diffs against the state its resources had when it
                 // joined: a change made since is a change, not a first sighting.
+                let owned = self.owned.contains(&self.config.ring.shard_of(name));
                 for (key, state) in self.unselected.take_namespace(name, resource_version) {
-                    self.writer.apply_resource(key, state);
+                    if owned {
+                        self.writer.apply_resource(key, state);
+                    } else if self.keeps_standby() {
+                        self.standby.keep_resource(key, state);
+                    }
                 }
             }
             joined
@@ -369,7 +382,9 @@ impl WatchTask {
             self.deferred.retain(|c| &*c.key.namespace != name);
             if self.selected.remove(name) {
                 debug!(namespace = name, "namespace left the selection; forgetting its objects");
-                for (key, state) in self.writer.forget_namespace(name) {
+                // Of a foreign namespace, the standby holds the objects.
+                let kept = self.standby.take(|ns| ns == name).resources;
+                for (key, state) in self.writer.forget_namespace(name).0.into_iter().chain(kept) {
                     self.unselected.keep(key, state);
                 }
                 self.csi.forget_namespace(name);
@@ -379,11 +394,30 @@ impl WatchTask {
     }
 
     /// Whether resources of unselected namespaces are kept: only where a namespace can join at
-    /// run time (cluster-wide watches with a label selector), and only in owned shards.
+    /// run time (cluster-wide watches with a label selector), in owned shards and, with the
+    /// standby, in all (a gained shard then has them without a relist).
     fn keeps_unselected(&self, namespace: &str) -> bool {
         self.config.namespaces.is_none()
             && self.config.filter.needs_labels()
-            && self.owned.contains(&self.config.ring.shard_of(namespace))
+            && (self.keeps_standby() || self.owned.contains(&self.config.ring.shard_of(namespace)))
+    }
+
+    /// Whether objects of other replicas' shards are kept in the standby: where the watches
+    /// decode every object of the cluster anyway (cluster-wide, not filtered by the API server).
+    /// CSI pod statuses are folded as they arrive, so with CSI a gained shard relists as before.
+    fn keeps_standby(&self) -> bool {
+        self.config.namespaces.is_none() && !self.config.server_shards.active() && !self.config.csi
+    }
+
+    /// Whether an object of `namespace`, a shard held elsewhere, goes to the standby: if the
+    /// namespace is selected (by labels, or by name).
+    fn stands_by(&self, namespace: &str) -> bool {
+        self.keeps_standby()
+            && if self.config.filter.needs_labels() {
+                self.selected.contains(namespace)
+            } else {
+                self.config.filter.select(namespace, &BTreeMap::new()).is_selected()
+            }
     }
 
     /// Update the store gauges, and publish the owned shards as synced once every stream has
@@ -393,6 +427,8 @@ impl WatchTask {
         self.metrics.store_objects.with_label_values(&["resources"]).set(resources as i64);
         self.metrics.store_objects.with_label_values(&["workloads"]).set(workloads as i64);
         self.metrics.store_objects.with_label_values(&["unselected"]).set(self.unselected.len() as i64);
+        let (standby_resources, standby_workloads) = self.standby.len();
+        self.metrics.store_objects.with_label_values(&["standby"]).set((standby_resources + standby_workloads) as i64);
         self.metrics.namespaces_owned.set(self.writer.store().namespace_count() as i64);
         if self.streams.values().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
             self.all_synced = true;
@@ -402,32 +438,53 @@ impl WatchTask {
         }
     }
 
-    /// Adopt a new owned set: forget lost shards at once; returns whether shards were gained
-    /// (then the watches must relist to load them).
+    /// Adopt a new owned set: forget lost shards at once (into the standby, if kept) and load
+    /// gained ones from the standby; returns whether shards were gained (then, without the
+    /// standby, the watches must relist to load them).
     fn apply_ownership(&mut self, now_owned: BTreeSet<u32>, synced: &watch::Sender<Option<BTreeSet<u32>>>) -> bool {
         let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
-        let gained = now_owned.difference(&self.owned).next().is_some();
+        let gained: BTreeSet<u32> = now_owned.difference(&self.owned).copied().collect();
+        let standby = self.keeps_standby();
         if !lost.is_empty() {
             for namespace in self.writer.store().namespaces() {
                 if lost.contains(&self.config.ring.shard_of(&namespace)) {
-                    self.forget_namespace(&namespace);
+                    let (resources, workloads) = self.writer.forget_namespace(&namespace);
+                    self.csi.forget_namespace(&namespace);
+                    if standby {
+                        self.standby.keep(standby::Objects { resources, workloads });
+                    }
                 }
             }
-            let (ring, owned) = (self.config.ring.clone(), now_owned.clone());
-            self.unselected.retain_namespaces(|ns| owned.contains(&ring.shard_of(ns)));
-            info!(lost = ?lost, "lost shards; forgot their objects");
+            if !standby {
+                let (ring, owned) = (self.config.ring.clone(), now_owned.clone());
+                self.unselected.retain_namespaces(|ns| owned.contains(&ring.shard_of(ns)));
+            }
+            info!(lost = ?lost, kept = standby, "lost shards; their objects left the store");
+        }
+        if now_owned.is_empty() {
+            self.standby.clear();
+            self.unselected.retain_namespaces(|_| false);
+        }
+        if standby && !gained.is_empty() {
+            let ring = self.config.ring.clone();
+            let objects = self.standby.take(|ns| gained.contains(&ring.shard_of(ns)));
+            let (resources, workloads) = (objects.resources.len(), objects.workloads.len());
+            // Loaded, as a relist would find them: each state is its resource's baseline, and
+            // the engine reconciles the shard against its checkpoint.
+            for (key, state) in objects.resources {
+                self.writer.apply_resource(key, state);
+            }
+            for workload in objects.workloads {
+                self.writer.apply_workload(Arc::unwrap_or_clone(workload));
+            }
+            info!(shards = ?gained, resources, workloads, "gained shards; loaded from the standby, no relist");
         }
         self.owned = now_owned;
         if let Some(done) = self.synced_for.as_mut() {
             done.retain(|s| self.owned.contains(s));
             synced.send_replace(self.synced_for.clone());
         }
-        gained
-    }
-
-    fn forget_namespace(&mut self, namespace: &str) {
-        self.writer.forget_namespace(namespace);
-        self.csi.forget_namespace(namespace);
+        !gained.is_empty()
     }
 
     /// Whether `namespace` is in a shard held elsewhere; counts the object as foreign if so.
@@ -492,11 +549,8 @@ impl WatchTask {
         self.metrics.streams.set(self.streams.len() as i64);
         let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
-        // Streaming lists keep a cluster-wide list from being held whole. A namespace's watch
-        // lists little, and thousands of them start at once in namespace-scoped mode: there a
-        // LIST from the watch cache answers at once, where each streaming list waits for the
-        // server's end-of-initial-events bookmark (at 2,000 namespaces, minutes in all).
-        let list = list_config(self.config.streaming_lists && self.config.namespaces.is_none());
+        // Streaming lists keep a list from being held whole, cluster-wide or of one namespace.
+        let list = list_config(self.config.streaming_lists);
         let resource_config = match &selector {
             Some(s) => list.clone().labels(s),
             None => list.clone(),
@@ -604,7 +658,10 @@ impl WatchTask {
                 self.metrics.events_received.with_label_values(&["update", kind.plural()]).inc();
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 if !self.is_selected(&key.namespace) {
-                    if !self.is_foreign(&key.namespace) && self.keeps_unselected(&key.namespace) {
+                    if self.is_foreign(&key.namespace) && self.stands_by(&key.namespace) {
+                        self.stream(stream).saw(&key.namespace, &key.name);
+                        self.standby.keep_resource(key, state);
+                    } else if self.keeps_unselected(&key.namespace) {
                         self.stream(stream).saw(&key.namespace, &key.name);
                         self.unselected.observe(key, state, obj.meta().resource_version.as_deref());
                     }
@@ -630,6 +687,7 @@ impl WatchTask {
                 self.metrics.events_received.with_label_values(&["delete", kind.plural()]).inc();
                 let key = ResourceKey { kind, namespace: namespace.into(), name: name.into() };
                 self.unselected.remove(&key);
+                self.standby.remove_resource(&key);
                 if let Some(gone) = self.writer.delete_resource(&key)
                     && emit
                 {
@@ -640,6 +698,7 @@ impl WatchTask {
                 let (scope, seen) = self.stream(stream).finish_list();
                 if scope.is_none() {
                     self.unselected.retain_listed(kind, &seen);
+                    self.standby.retain_listed_resources(kind, &seen);
                 }
                 for key in self.writer.store().resource_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone()))
@@ -660,7 +719,10 @@ impl WatchTask {
             WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(Some(w)) | WatchEvent::Apply(Some(w)) => {
                 if !self.is_selected(&w.key.namespace) {
-                    self.is_foreign(&w.key.namespace);
+                    if self.is_foreign(&w.key.namespace) && self.stands_by(&w.key.namespace) {
+                        self.stream(stream).saw(&w.key.namespace, &w.key.name);
+                        self.standby.keep_workload(Arc::new(w));
+                    }
                     return;
                 }
                 self.stream(stream).saw(&w.key.namespace, &w.key.name);
@@ -675,10 +737,16 @@ impl WatchTask {
                 }
                 self.writer.apply_workload(w);
             }
-            WatchEvent::Delete(Some(w)) => self.writer.delete_workload(&w.key),
+            WatchEvent::Delete(Some(w)) => {
+                self.standby.remove_workload(&w.key);
+                self.writer.delete_workload(&w.key);
+            }
             WatchEvent::InitApply(None) | WatchEvent::Apply(None) | WatchEvent::Delete(None) => {}
             WatchEvent::InitDone => {
                 let (scope, seen) = self.stream(stream).finish_list();
+                if scope.is_none() {
+                    self.standby.retain_listed_workloads(kind, &seen);
+                }
                 for key in self.writer.workload_keys(kind, scope.as_deref()) {
                     if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
                         self.writer.delete_workload(&key);

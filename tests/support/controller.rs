@@ -1,5 +1,6 @@
 //! The real `reloader` binary, run as a process against the local control plane.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -184,8 +185,9 @@ impl Controller {
             .count()
     }
 
-    /// LIST and GET requests this controller has sent so far (its own API call counter).
-    pub async fn api_reads(&self) -> f64 {
+    /// LIST and GET requests this controller has sent so far, by series of its own API call
+    /// counter (`verb` and `resource`), so that a difference names the request.
+    pub async fn api_reads(&self) -> BTreeMap<String, f64> {
         self.metrics()
             .await
             .lines()
@@ -193,8 +195,11 @@ impl Controller {
                 l.starts_with("reloader_api_requests_total{")
                     && (l.contains("verb=\"list\"") || l.contains("verb=\"get\""))
             })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                Some((series.to_string(), value.parse::<f64>().ok()?))
+            })
+            .collect()
     }
 
     /// SIGTERM and wait for a clean exit (it saves its checkpoint on the way out).
