@@ -493,9 +493,13 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
     let pending: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
     // Deployments whose generation grew after the initial list: rollouts (S4 expects none).
     let rolled: Arc<Mutex<HashMap<(String, String), i64>>> = Arc::default();
+    // Updates a later update of the same ConfigMap overtook before their own patch was seen:
+    // the controller acts on the latest data (level-triggered), so theirs is never recorded.
+    let coalesced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (listed_tx, listed) = tokio::sync::oneshot::channel::<()>();
     let watch = tokio::spawn({
         let (pending, all, client, rolled) = (pending.clone(), all.clone(), client.clone(), rolled.clone());
+        let coalesced = coalesced.clone();
         async move {
             let api: Api<Deployment> = Api::all(client);
             let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
@@ -528,7 +532,14 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
                 });
                 let Some(value) = value else { continue };
                 let key = (ns, value);
-                if let Some(started) = pending.lock().map(|mut p| p.remove(&key)).ok().flatten()
+                let started = pending.lock().ok().and_then(|mut p| {
+                    let started = p.remove(&key)?;
+                    let before = p.len();
+                    p.retain(|(ns, _), sent| *ns != key.0 || *sent > started);
+                    coalesced.fetch_add(before - p.len(), std::sync::atomic::Ordering::Relaxed);
+                    Some(started)
+                });
+                if let Some(started) = started
                     && let Ok(mut all) = all.lock()
                     && let Some(update) = all.get_mut(&key)
                 {
@@ -609,6 +620,12 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
         );
     }
     watch.abort();
+    let coalesced = coalesced.load(std::sync::atomic::Ordering::Relaxed);
+    if coalesced > 0 {
+        println!(
+            "{coalesced} updates were overtaken by a later update of the same ConfigMap before their patch (one rollout for both, with the later data)"
+        );
+    }
     let missing = pending.lock().map(|p| p.len()).unwrap_or(0);
     if missing > 0 {
         println!("WARNING: {missing} updates were not observed as patches within 120 s");
