@@ -131,9 +131,17 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         .await;
         let steady = update_all(&client, &namespaces, "1").await;
 
-        // Graceful stop: its shards move and the next change is served once.
+        // Graceful stop: its shards move and the next change is served once. The others load
+        // them from what their cluster-wide watches kept (the standby): no watch starts again.
+        let watches_started = "reloader_watch_streams_started_total";
+        let before_stop = (a.metric(watches_started).await, b.metric(watches_started).await);
         c.stop().await;
         wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        assert_eq!(
+            (a.metric(watches_started).await, b.metric(watches_started).await),
+            before_stop,
+            "gained shards are loaded without relisting a watch"
+        );
         let after_stop = update_all(&client, &namespaces, "2").await;
 
         // Crash: the shards move once the Leases expire; a change made meanwhile is not lost.
