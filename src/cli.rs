@@ -236,8 +236,9 @@ pub struct Args {
     pub shard_placement: Placement,
 
     /// Offer HTTP/2 to the API server: many watches share a few connections (at most 90
-    /// requests open on each; watches and other requests on separate connections). A server that answers with HTTP/1.1 gets HTTP/1.1 (a connection
-    /// per open request, as before); `false` offers only HTTP/1.1.
+    /// requests open on each; watches and other requests on separate connections). A server
+    /// that answers with HTTP/1.1 gets HTTP/1.1 (a connection per open request, as before);
+    /// `false` offers only HTTP/1.1.
     #[arg(long, env = "HTTP2", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true", global = true)]
     pub http2: bool,
     /// Requests a second to the API server, at most, as client-go's `--kube-api-qps`; 0 (the

@@ -29,10 +29,11 @@ use kube::client::{Body, ConfigExt};
 use prometheus::IntCounter;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
-/// Requests open at once on one HTTP/2 connection, at most: below the 100 streams hyper's
-/// client opens on a connection (its initial limit; Go servers allow 250), so a request never
-/// waits, unsent and silent, for a stream that a watch holds for good. Measured: with 200 a
-/// connection, namespace-scoped watches at 2,000 namespaces got half their events.
+/// Requests open at once on one HTTP/2 connection, at most: below the 100 streams
+/// kube-apiserver allows on one unless `--http2-max-streams-per-connection` says otherwise, so a
+/// request never waits, unsent and silent (hyper holds it), for a stream that a watch holds for
+/// good. Measured: with 200 a connection, namespace-scoped watches at 2,000 namespaces got half
+/// their events.
 pub const STREAMS_PER_CONNECTION: usize = 90;
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
 /// before the connection (and every watch on it) is dropped and opened again.

@@ -166,6 +166,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let Links { mut owned, changes, synced, lint } = links;
+    // Where the watches decode every object of the cluster anyway (cluster-wide, not filtered
+    // by the API server, whose filtering was probed before this task starts), they keep other
+    // replicas' shards too. CSI pod statuses are folded as they arrive, so with CSI a gained
+    // shard relists as before.
+    let keeps_standby = config.namespaces.is_none() && !config.server_shards.active() && !config.csi;
     let mut task = WatchTask {
         compactor: config.compactor.clone(),
         config,
@@ -183,6 +188,7 @@ pub async fn run(
         deferred: Vec::new(),
         unselected: Unselected::default(),
         standby: Standby::default(),
+        keeps_standby,
         csi: CsiState::default(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
@@ -224,7 +230,7 @@ pub async fn run(
                     info!(shards = ?task.owned, "shards changed; restarting the server-sharded watches");
                     task.config.server_shards.select(&task.config.ring, &task.owned);
                     task.stop_streams();
-                } else if gained && task.config.namespaces.is_none() && !task.keeps_standby() {
+                } else if gained && task.config.namespaces.is_none() && !task.keeps_standby {
                     // One watch covers every namespace: it relists to load the gained ones.
                     info!(shards = ?task.owned, "gained shards; relisting watches to load them");
                     task.stop_streams();
@@ -280,6 +286,8 @@ struct WatchTask {
     /// Objects of other replicas' shards, where the watches decode them anyway (see
     /// [`WatchTask::stands_by`]): a gained shard is loaded from here, without a relist.
     standby: Standby,
+    /// Whether the standby is kept (decided at start).
+    keeps_standby: bool,
     /// Pod statuses and classes of the Secrets Store CSI driver, folded into one resource
     /// per SecretProviderClass.
     csi: CsiState,
@@ -371,7 +379,7 @@ impl WatchTask {
                 for (key, state) in self.unselected.take_namespace(name, resource_version) {
                     if owned {
                         self.writer.apply_resource(key, state);
-                    } else if self.keeps_standby() {
+                    } else if self.keeps_standby {
                         self.standby.keep_resource(key, state);
                     }
                 }
@@ -399,20 +407,13 @@ impl WatchTask {
     fn keeps_unselected(&self, namespace: &str) -> bool {
         self.config.namespaces.is_none()
             && self.config.filter.needs_labels()
-            && (self.keeps_standby() || self.owned.contains(&self.config.ring.shard_of(namespace)))
-    }
-
-    /// Whether objects of other replicas' shards are kept in the standby: where the watches
-    /// decode every object of the cluster anyway (cluster-wide, not filtered by the API server).
-    /// CSI pod statuses are folded as they arrive, so with CSI a gained shard relists as before.
-    fn keeps_standby(&self) -> bool {
-        self.config.namespaces.is_none() && !self.config.server_shards.active() && !self.config.csi
+            && (self.keeps_standby || self.owned.contains(&self.config.ring.shard_of(namespace)))
     }
 
     /// Whether an object of `namespace`, a shard held elsewhere, goes to the standby: if the
     /// namespace is selected (by labels, or by name).
     fn stands_by(&self, namespace: &str) -> bool {
-        self.keeps_standby()
+        self.keeps_standby
             && if self.config.filter.needs_labels() {
                 self.selected.contains(namespace)
             } else {
@@ -444,7 +445,7 @@ impl WatchTask {
     fn apply_ownership(&mut self, now_owned: BTreeSet<u32>, synced: &watch::Sender<Option<BTreeSet<u32>>>) -> bool {
         let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
         let gained: BTreeSet<u32> = now_owned.difference(&self.owned).copied().collect();
-        let standby = self.keeps_standby();
+        let standby = self.keeps_standby;
         if !lost.is_empty() {
             for namespace in self.writer.store().namespaces() {
                 if lost.contains(&self.config.ring.shard_of(&namespace)) {

@@ -55,7 +55,7 @@ impl Standby {
     /// Keep the objects of namespaces that left this replica's shards.
     pub fn keep(&mut self, objects: Objects) {
         for (key, state) in objects.resources {
-            self.resources.insert(key, state);
+            self.keep_resource(key, state);
         }
         for workload in objects.workloads {
             self.keep_workload(workload);
