@@ -29,8 +29,8 @@ use tracing::{debug, info, warn};
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::csi::CsiState;
 use crate::watch::wire::{
-    Compactor, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus,
-    SlimStatefulSet,
+    Compactor, INTERNAL_LABEL, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimSecretProviderClass,
+    SlimSpcPodStatus, SlimStatefulSet,
 };
 use crate::watch::{
     Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload, WorkloadKind,
@@ -556,9 +556,16 @@ impl WatchTask {
             Some(s) => list.clone().labels(s),
             None => list.clone(),
         };
+        // The controller's own ConfigMaps (checkpoints of up to 1 MiB, saved every few seconds
+        // under load) are left out by the API server rather than decoded here and dropped.
+        let own = format!("!{INTERNAL_LABEL}");
+        let configmap_config = match selector.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => list.clone().labels(&format!("{s},{own}")),
+            None => list.clone().labels(&own),
+        };
         for scope in wanted.difference(&running) {
             if self.config.watch_configmaps {
-                let stream = watch_kind::<SlimConfigMap>(client, scope, resource_config.clone());
+                let stream = watch_kind::<SlimConfigMap>(client, scope, configmap_config.clone());
                 self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::ConfigMap));
             }
             if self.config.watch_secrets {
