@@ -341,3 +341,51 @@ async fn a_fan_out_is_written_side_by_side_up_to_max_concurrent_writes() {
     })
     .await;
 }
+
+/// Deployment `name` using ConfigMap `cm` through envFrom.
+fn uses(name: &str, cm: &str) -> Workload {
+    Workload::new(Kind::Deployment, name)
+        .auto()
+        .container(json!({ "name": "app", "envFrom": [{ "configMapRef": { "name": cm } }] }))
+}
+
+/// Two Deployments on two ConfigMaps, behind a proxy that holds every PATCH of `stuck` until
+/// the test lets it go (an API server stuck on one object): a change of the other ConfigMap
+/// rolls `free` while `stuck`'s write is still held, and a second change of `stuck`'s
+/// ConfigMap waits for the first write, so `stuck` ends up recording the last value after
+/// exactly two writes.
+#[tokio::test]
+async fn a_held_write_holds_up_only_its_own_workload() {
+    use support::proxy::{api_server_addr, kubeconfig_via};
+    use support::throttle::Throttle;
+    with_temp_ns("held-write", |client, ns| async move {
+        let c = &client;
+        create_configmap(c, &ns, "for-stuck", &[("k", "1")]).await;
+        create_configmap(c, &ns, "for-free", &[("k", "1")]).await;
+        uses("stuck", "for-stuck").create(c, &ns).await;
+        uses("free", "for-free").create(c, &ns).await;
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
+        let proxy = Throttle::holding_writes_to(api_server_addr(), "/deployments/stuck").await;
+        let name = format!("{ns}-held");
+        let scope = format!("--namespaces={ns}");
+        let controller =
+            Controller::start_with_kubeconfig(&name, &ns, &[scope.as_str()], &kubeconfig_via(proxy.addr, &name)).await;
+        wait_stored(&controller, 2).await;
+        let stuck_before = generation(c, &ns, Kind::Deployment, "stuck").await;
+
+        patch_configmap(c, &ns, "for-stuck", json!({ "data": { "k": "2" } })).await;
+        wait_for("the write of stuck to be held", || async { (proxy.held_writes() == (1, 0)).then_some(()) }).await;
+        patch_configmap(c, &ns, "for-free", json!({ "data": { "k": "2" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "free", Cm, "for-free", &cm_hash(&[("k", "2")])).await;
+        // Still held, and still waited for: free did not wait for stuck's write to time out.
+        assert_eq!(proxy.held_writes(), (1, 0), "free rolled only once stuck's write was given up");
+
+        // A second change of the held workload's ConfigMap waits for the first write.
+        patch_configmap(c, &ns, "for-stuck", json!({ "data": { "k": "3" } })).await;
+        proxy.release();
+        ctx.wait_reloaded(Kind::Deployment, "stuck", Cm, "for-stuck", &cm_hash(&[("k", "3")])).await;
+        assert_eq!(generation(c, &ns, Kind::Deployment, "stuck").await, stuck_before + 2, "one write per change");
+        controller.stop().await;
+    })
+    .await;
+}

@@ -32,12 +32,14 @@ use crate::reload::{COALESCE_WINDOW, Keys, Metrics, Mode, Options, Rules, merge_
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
-mod batch;
+mod acted;
 mod deferred;
+mod pipeline;
 mod shards;
 
-use batch::{PlannedWrite, Prepared};
+use acted::Acted;
 use deferred::Deferred;
+use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Queued};
 use shards::{SaveResults, Saving};
 
 /// Field manager of every write, as Reloader's.
@@ -154,6 +156,8 @@ pub async fn run(
     let writes = Writes { client: client.clone(), compactor: config.compactor.clone() };
     let rules = Rules::new(config.keys.clone(), config.options.clone());
     let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
+    let acted = Acted::new(config.ring.clone());
+    let config_writes = config.max_concurrent_writes;
     let mut engine = Engine {
         rules,
         client,
@@ -162,7 +166,7 @@ pub async fn run(
         store,
         metrics,
         events: Events::new(recorder),
-        acted: HashMap::new(),
+        acted,
         overlay: HashMap::new(),
         reported: HashSet::new(),
         retries: DelayQueue::new(),
@@ -176,9 +180,12 @@ pub async fn run(
         deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
         queue: VecDeque::new(),
+        pipeline: Pipeline::new(config_writes),
         saving: None,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
+    // Ready once what changed while nobody watched is written.
+    engine.settle().await;
     reconciled.send_replace(true);
 
     let mut save_at: Option<Instant> = Some(Instant::now());
@@ -200,11 +207,13 @@ pub async fn run(
             () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
                 engine.write_deferred().await;
             }
+            // Writes that landed free what waits for them.
+            Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
             // Changes already queued first (they are older than the channel's).
-            () = std::future::ready(()), if !engine.queue.is_empty() => engine.handle_queued(&mut changes).await,
-            Some(change) = changes.recv() => {
-                engine.queue.push_back(change);
-                engine.handle_queued(&mut changes).await;
+            () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump().await,
+            Some(change) = changes.recv(), if engine.queue.len() < MAX_QUEUED => {
+                engine.enqueue(change, None);
+                engine.take_queued(&mut changes);
             }
             Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
                 let key = expired.into_inner();
@@ -212,7 +221,7 @@ pub async fn run(
                 engine.metrics.retries.inc();
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
-                engine.handle(Change { key, observed, previous: None, cause: Cause::Event }, None).await;
+                engine.enqueue(Change { key, observed, previous: None, cause: Cause::Event }, None);
             }
             _ = tick.tick() => {
                 engine.resume_paused().await;
@@ -226,8 +235,8 @@ pub async fn run(
                 save_at = None;
                 engine.start_save();
             }
-            Some(done) = saving_done(&mut engine.saving) => {
-                if !engine.saved(done) {
+            Some((saving, done)) = saving_done(&mut engine.saving) => {
+                if !engine.saved(saving.shards, done) {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
             }
@@ -237,20 +246,20 @@ pub async fn run(
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
     }
-    // Shutdown: in-flight writes are done (a batch ends when its writes are back); keep what
-    // was acted on. Queued changes are covered by the checkpoint: they were not acted on.
+    // Shutdown: the writes in flight land first (letting go of every shard waits for them);
+    // keep what was acted on. Queued changes are covered by the checkpoint: they were not
+    // acted on.
     engine.follow(&BTreeSet::new()).await;
     Ok(())
 }
 
 /// The end of the background checkpoint save, if one is in flight (else never).
-async fn saving_done(saving: &mut Option<Saving>) -> Option<Result<SaveResults, tokio::task::JoinError>> {
+async fn saving_done(saving: &mut Option<Saving>) -> Option<(Saving, Result<SaveResults, tokio::task::JoinError>)> {
     let done = match saving.as_mut() {
-        Some(handle) => handle.await,
+        Some(running) => (&mut running.task).await,
         None => std::future::pending().await,
     };
-    *saving = None;
-    Some(done)
+    Some((saving.take()?, done))
 }
 
 fn far_future() -> Instant {
@@ -275,7 +284,7 @@ struct Engine {
     metrics: Metrics,
     events: Events,
     /// The hash last acted on (or taken as baseline) per resource: the checkpoint's content.
-    acted: HashMap<ResourceKey, ShortHash>,
+    acted: Acted,
     /// Workloads as our own writes left them, until the watch catches up.
     overlay: HashMap<WorkloadKey, Arc<Workload>>,
     /// Bad annotations already reported, per workload version (one Event each).
@@ -295,19 +304,15 @@ struct Engine {
     deferred: Deferred,
     /// Failed deferred writes per workload, for their backoff.
     write_attempts: HashMap<WorkloadKey, u32>,
-    /// Changes received and not yet handled (the next batches), oldest first.
-    queue: VecDeque<Change>,
+    /// Changes received and not yet decided, oldest first.
+    queue: VecDeque<Queued>,
+    /// Changes whose writes are in flight.
+    pipeline: Pipeline,
     /// The checkpoint save running in the background, if any.
     saving: Option<Saving>,
 }
 
 impl Engine {
-    /// Process one change of an active shard (changes of other shards are covered when the
-    /// shard is taken up, by comparing the store with its checkpoint).
-    async fn handle(&mut self, change: Change, forced: Option<Transition>) {
-        self.handle_batch(vec![(change, forced)]).await;
-    }
-
     fn schedule_retry(&mut self, key: ResourceKey) {
         let attempt = self.attempts.entry(key.clone()).or_insert(0);
         *attempt += 1;
@@ -327,13 +332,12 @@ impl Engine {
         }
     }
 
-    /// Decide a change: what it needs written now (the writes go out with the batch's), or
-    /// its outcome if nothing.
+    /// Decide a change: what it needs written now, or its outcome if nothing.
     async fn prepare(&mut self, change: &Change, forced: Option<Transition>) -> Prepared {
         let key = &change.key;
         let current = self.store.resource(key);
         // Never acted on here: what the store held before this event is the baseline.
-        let last = self.acted.get(key).copied().or(change.previous.as_ref().map(short));
+        let last = self.acted.get(key).or(change.previous.as_ref().map(short));
         let transition = match (forced, last, change.observed) {
             (Some(t), _, _) => t,
             (None, Some(last), Some(seen)) if last == short(&seen) => {
@@ -614,6 +618,7 @@ impl Engine {
     async fn write_deferred(&mut self) {
         self.deferred.settle(&self.store, Instant::now());
         while let Some((key, items)) = self.deferred.next(Instant::now()) {
+            self.wait_for(&key).await;
             self.write_pending(key, items).await;
         }
         self.metrics.deferred_writes.set(self.deferred.len() as i64);
@@ -684,6 +689,7 @@ impl Engine {
         for stored in self.store.find_workloads(|w| w.annotations.contains_key(&paused_at)) {
             let workload = self.freshest(stored);
             let Some(patch) = resume_patch(self.rules.keys(), &workload, now) else { continue };
+            self.wait_for(&workload.key).await;
             match self.writes.strategic_patch(&workload.key, &patch).await {
                 Ok(Some(updated)) => {
                     info!(workload = %workload.key, "pause period over; rollout resumed");

@@ -38,6 +38,7 @@ const JOB_NAME_PREFIX_MAX: usize = 52;
 
 /// The writes of reloads: one client, and the compactor that turns what the API server
 /// answers back into the stored form (so the engine sees its own write at once).
+#[derive(Clone)]
 pub(crate) struct Writes {
     pub client: Client,
     pub compactor: Compactor,

@@ -1,6 +1,7 @@
 //! An HTTPS proxy in front of the API server that answers `429 Too Many Requests` (with
 //! `Retry-After: 1`, as kube-apiserver's max-in-flight and priority-and-fairness filters do)
-//! to every `every`-th request and forwards the others.
+//! to every `every`-th request and forwards the others; or one that drops a query parameter,
+//! slows every Deployment PATCH, or holds those of one Deployment until told.
 //!
 //! It terminates TLS with the control plane's serving certificate (so clients that trust the
 //! local CA trust it) and talks to the API server as the admin client. Each forwarded request
@@ -27,7 +28,21 @@ pub struct Throttle {
     writes: Arc<(AtomicU64, AtomicU64)>,
     /// Requests answered 429, by HTTP method.
     throttled: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// Held writes let go of (see [`Throttle::holding_writes_to`]), and how many wait now.
+    release: tokio::sync::watch::Sender<bool>,
+    held: Arc<AtomicU64>,
+    /// Held writes whose client hung up (gave up waiting).
+    abandoned: Arc<AtomicU64>,
     accept: JoinHandle<()>,
+}
+
+/// What the proxy does to Deployment PATCHes before forwarding them.
+#[derive(Clone)]
+enum Slow {
+    None,
+    Delay(std::time::Duration),
+    /// Hold those whose path contains this until [`Throttle::release`].
+    Hold(&'static str),
 }
 
 fn pki(file: &str) -> PathBuf {
@@ -44,20 +59,36 @@ fn certs(file: &str) -> Vec<CertificateDer<'static>> {
 impl Throttle {
     /// Start the proxy; every `every`-th request (the 1st, the `every+1`-th, ...) gets a 429.
     pub async fn start(upstream: SocketAddr, every: u64) -> Throttle {
-        Self::start_with(upstream, Some(every), None, None).await
+        Self::start_with(upstream, Some(every), None, Slow::None).await
     }
 
     /// A proxy that drops query parameter `param` from every request (as an API server that
     /// does not know it would ignore it), throttling none.
     pub async fn dropping(upstream: SocketAddr, param: &'static str) -> Throttle {
-        Self::start_with(upstream, None, Some(param), None).await
+        Self::start_with(upstream, None, Some(param), Slow::None).await
     }
 
     /// A proxy that holds every Deployment PATCH for `delay` before forwarding it (a slow API
     /// server), so that writes sent side by side are in flight together
     /// ([`Throttle::most_writes_in_flight`]).
     pub async fn slowing_writes(upstream: SocketAddr, delay: std::time::Duration) -> Throttle {
-        Self::start_with(upstream, None, None, Some(delay)).await
+        Self::start_with(upstream, None, None, Slow::Delay(delay)).await
+    }
+
+    /// A proxy that holds every Deployment PATCH whose path contains `path` (say
+    /// `/deployments/web`) until [`Throttle::release`]: an API server stuck on one object.
+    pub async fn holding_writes_to(upstream: SocketAddr, path: &'static str) -> Throttle {
+        Self::start_with(upstream, None, None, Slow::Hold(path)).await
+    }
+
+    /// Held writes waiting now, and those whose client gave up on them.
+    pub fn held_writes(&self) -> (u64, u64) {
+        (self.held.load(Ordering::SeqCst), self.abandoned.load(Ordering::SeqCst))
+    }
+
+    /// Let the held writes go, and hold none from now on.
+    pub fn release(&self) {
+        self.release.send_replace(true);
     }
 
     /// The most Deployment PATCHes that were in flight at once.
@@ -69,7 +100,7 @@ impl Throttle {
         upstream: SocketAddr,
         every: Option<u64>,
         drop_param: Option<&'static str>,
-        slow_writes: Option<std::time::Duration>,
+        slow: Slow,
     ) -> Throttle {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let key = PrivateKeyDer::from_pem_file(pki("serving.key")).expect("the serving key");
@@ -92,18 +123,44 @@ impl Throttle {
         let addr = listener.local_addr().expect("proxy address");
         let (requests, throttled) = (Arc::new(AtomicU64::new(0)), Arc::new(Mutex::new(BTreeMap::new())));
         let writes = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let (held, abandoned) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let accept = tokio::spawn({
             let (requests, throttled, writes) = (requests.clone(), throttled.clone(), writes.clone());
+            let (held, abandoned) = (held.clone(), abandoned.clone());
             async move {
                 while let Ok((tcp, _)) = listener.accept().await {
                     let (acceptor, connector) = (acceptor.clone(), connector.clone());
                     let (requests, throttled, writes) = (requests.clone(), throttled.clone(), writes.clone());
+                    let (slow, mut released, held) = (slow.clone(), released.clone(), held.clone());
+                    let abandoned = abandoned.clone();
                     tokio::spawn(async move {
                         let Ok(mut client) = acceptor.accept(tcp).await else { return };
-                        let Some((head, rest)) = read_head(&mut client).await else { return };
+                        let Some((head, mut rest)) = read_head(&mut client).await else { return };
                         let write = is_deployment_patch(&head).then(|| InFlight::enter(writes.clone()));
-                        if let (Some(delay), Some(_)) = (slow_writes, &write) {
-                            tokio::time::sleep(delay).await;
+                        match (&slow, &write) {
+                            (Slow::Delay(delay), Some(_)) => tokio::time::sleep(*delay).await,
+                            (Slow::Hold(path), Some(_)) if request_line(&head).contains(path) => {
+                                held.fetch_add(1, Ordering::SeqCst);
+                                // Held until released; the rest of the body is kept meanwhile. A
+                                // client that gives up (its request timed out) is let go, counted.
+                                let mut chunk = [0u8; 4096];
+                                loop {
+                                    tokio::select! {
+                                        _ = released.wait_for(|r| *r) => break,
+                                        read = client.read(&mut chunk) => match read {
+                                            Ok(n) if n > 0 => rest.extend_from_slice(&chunk[..n]),
+                                            _ => {
+                                                held.fetch_sub(1, Ordering::SeqCst);
+                                                abandoned.fetch_add(1, Ordering::SeqCst);
+                                                return;
+                                            }
+                                        },
+                                    }
+                                }
+                                held.fetch_sub(1, Ordering::SeqCst);
+                            }
+                            _ => {}
                         }
                         let n = requests.fetch_add(1, Ordering::Relaxed);
                         if every.is_some_and(|every| n % every == 0) {
@@ -145,7 +202,7 @@ impl Throttle {
                 }
             }
         });
-        Throttle { addr, requests, writes, throttled, accept }
+        Throttle { addr, requests, writes, throttled, release, held, abandoned, accept }
     }
 
     /// Requests seen, and those answered 429 by HTTP method.
@@ -161,9 +218,12 @@ impl Drop for Throttle {
     }
 }
 
+fn request_line(head: &[u8]) -> String {
+    String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default()).into_owned()
+}
+
 fn is_deployment_patch(head: &[u8]) -> bool {
-    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
+    let line = request_line(head);
     line.starts_with("PATCH ") && line.contains("/deployments/")
 }
 

@@ -1,0 +1,328 @@
+//! Changes flow through a pipeline: each is decided as soon as nothing before it may touch
+//! what it touches, its writes go out at once (at most `--max-concurrent-writes` in flight
+//! over all changes), and it is finished (checkpoint, retry) when its own writes land. A slow
+//! write delays only the changes that wait for its workload, not every change behind it.
+//!
+//! ```text
+//!  queue ─▶ next change clear of every claim ─▶ decide ─▶ its writes in flight ─▶ land: finish
+//!    │         (writes in flight, changes waiting before it)                       │
+//!    └── a change that may write a claimed workload waits ◀── claims released ─────┘
+//! ```
+//! A change is decided only after every earlier change that may write one of its workloads
+//! (or is of the same resource) has landed, so it is decided from the state the earlier write
+//! left (the overlay) and one workload's writes stay in order. A replay stays harmless as
+//! before: a write records its hash, and a hash already recorded plans no write.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info_span};
+
+use super::{Engine, Outcome, Transition};
+use crate::reload::checkpoint::ShortHash;
+use crate::reload::write::Writes;
+use crate::watch::{Change, DataHash, ResourceKey, Workload, WorkloadKey};
+
+/// Changes taken from the watches' channel ahead of the engine, at most (the channel's own
+/// bound then holds the watches back).
+pub(super) const MAX_QUEUED: usize = 1024;
+/// Queued changes looked at for one that may go now.
+const WINDOW: usize = 256;
+/// Changes with writes in flight, at most.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// A reload write decided for a change.
+pub(super) struct PlannedWrite {
+    pub workload: Arc<Workload>,
+    pub patch: serde_json::Value,
+    /// The resources it records, with their hashes.
+    pub sources: Vec<(ResourceKey, DataHash)>,
+}
+
+/// What deciding a change left to do.
+pub(super) enum Prepared {
+    /// Nothing to write now: the outcome.
+    Finished(Outcome),
+    /// These writes, then [`Engine::finish`].
+    Writes { writes: Vec<PlannedWrite>, transition: Transition, hash: DataHash, current: Option<DataHash> },
+}
+
+/// A change waiting to be decided, with the transition to force (a shard's take-up).
+pub(super) type Queued = (Change, Option<Transition>);
+
+/// A change whose writes are in flight.
+struct Flight {
+    key: ResourceKey,
+    shard: u32,
+    acted_before: Option<ShortHash>,
+    started: Instant,
+    span: tracing::Span,
+    transition: Transition,
+    hash: DataHash,
+    current: Option<DataHash>,
+}
+
+/// A change whose writes are back: each write's result and time, in the order of `writes`.
+pub(super) struct Landed {
+    flight: Flight,
+    writes: Vec<PlannedWrite>,
+    results: Vec<(crate::reload::write::WriteResult, Duration)>,
+}
+
+/// The changes in flight and what they claim.
+pub(super) struct Pipeline {
+    running: FuturesUnordered<BoxFuture<'static, Landed>>,
+    /// Workloads with a write in flight (how many).
+    workloads: HashMap<WorkloadKey, usize>,
+    /// Resources with a change in flight.
+    resources: HashSet<ResourceKey>,
+    /// `--max-concurrent-writes`, over all changes.
+    permits: Arc<Semaphore>,
+    /// Nothing in the queue's window may go before a change lands or a change arrives.
+    stalled: bool,
+}
+
+impl Pipeline {
+    pub fn new(max_writes: usize) -> Self {
+        Self {
+            running: FuturesUnordered::new(),
+            workloads: HashMap::new(),
+            resources: HashSet::new(),
+            permits: Arc::new(Semaphore::new(max_writes.max(1))),
+            stalled: false,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// The next change to land (pending while none is in flight).
+    pub async fn next_landed(&mut self) -> Option<Landed> {
+        self.running.next().await
+    }
+
+    /// Whether a pump may decide something now.
+    pub fn may_pump(&self, queue_len: usize) -> bool {
+        queue_len > 0 && !self.stalled
+    }
+
+    /// A change was queued at `position`: it may go if the window reaches it.
+    pub fn queued_at(&mut self, position: usize) {
+        if position < WINDOW {
+            self.stalled = false;
+        }
+    }
+
+    pub fn claims(&self, workload: &WorkloadKey) -> bool {
+        self.workloads.contains_key(workload)
+    }
+}
+
+impl Engine {
+    /// Queue a change behind the others.
+    pub(super) fn enqueue(&mut self, change: Change, forced: Option<Transition>) {
+        self.queue.push_back((change, forced));
+        self.pipeline.queued_at(self.queue.len() - 1);
+    }
+
+    /// Queue what the channel holds now (up to [`MAX_QUEUED`]).
+    pub(super) fn take_queued(&mut self, changes: &mut mpsc::Receiver<Change>) {
+        while self.queue.len() < MAX_QUEUED {
+            match changes.try_recv() {
+                Ok(change) => self.enqueue(change, None),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Decide, in queue order, every change of the window that nothing before it claims;
+    /// send their writes. The others keep their places.
+    pub(super) async fn pump(&mut self) {
+        let mut waiting_workloads: HashSet<WorkloadKey> = HashSet::new();
+        let mut waiting_resources: HashSet<ResourceKey> = HashSet::new();
+        let mut held = Vec::new();
+        let mut looked = 0;
+        while looked < WINDOW && self.pipeline.running.len() < MAX_IN_FLIGHT {
+            let Some((change, forced)) = self.queue.pop_front() else { break };
+            looked += 1;
+            let candidates: Vec<WorkloadKey> =
+                self.store.candidates(&change.key).iter().map(|w| w.key.clone()).collect();
+            let blocked = self.pipeline.resources.contains(&change.key)
+                || waiting_resources.contains(&change.key)
+                || candidates.iter().any(|k| self.pipeline.claims(k) || waiting_workloads.contains(k));
+            if blocked {
+                waiting_resources.insert(change.key.clone());
+                waiting_workloads.extend(candidates);
+                held.push((change, forced));
+                continue;
+            }
+            self.dispatch(change, forced).await;
+        }
+        for queued in held.into_iter().rev() {
+            self.queue.push_front(queued);
+        }
+        self.pipeline.stalled = !self.queue.is_empty();
+    }
+
+    /// Decide one change (of an active shard; others are covered when their shard is taken
+    /// up) and send its writes, or finish it if there are none.
+    async fn dispatch(&mut self, change: Change, forced: Option<Transition>) {
+        let shard = self.shard_of(&change.key);
+        if !self.checkpoints.contains_key(&shard) {
+            return;
+        }
+        let key = change.key.clone();
+        let span = info_span!("change", kind = key.kind.kind(), namespace = %key.namespace, name = %key.name);
+        let acted_before = self.acted.get(&key);
+        let started = Instant::now();
+        let (writes, transition, hash, current) = match self.prepare(&change, forced).instrument(span.clone()).await {
+            Prepared::Finished(outcome) => return self.count(&key, shard, acted_before, started, outcome),
+            Prepared::Writes { writes, transition, hash, current } => (writes, transition, hash, current),
+        };
+        span.in_scope(|| debug!(resource = %key, hash = %hash, writes = writes.len(), "change decided"));
+        let flight = Flight { key, shard, acted_before, started, span, transition, hash, current };
+        if writes.is_empty() {
+            return self.land(Landed { flight, writes, results: Vec::new() });
+        }
+        self.pipeline.resources.insert(flight.key.clone());
+        for write in &writes {
+            *self.pipeline.workloads.entry(write.workload.key.clone()).or_default() += 1;
+        }
+        let (client, permits) = (self.writes.clone(), self.pipeline.permits.clone());
+        self.pipeline.running.push(Box::pin(async move {
+            let results = send_all(&client, &writes, &flight.span, &permits).await;
+            Landed { flight, writes, results }
+        }));
+    }
+
+    /// Finish a change whose writes are back: release its claims, account for each write,
+    /// record the outcome.
+    pub(super) fn land(&mut self, landed: Landed) {
+        let Landed { flight, writes, results } = landed;
+        self.pipeline.stalled = false;
+        self.pipeline.resources.remove(&flight.key);
+        for write in &writes {
+            if let Some(n) = self.pipeline.workloads.get_mut(&write.workload.key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pipeline.workloads.remove(&write.workload.key);
+                }
+            }
+        }
+        let outcome = {
+            let _entered = flight.span.enter();
+            let mut results = results.into_iter();
+            let mut done = Vec::with_capacity(writes.len());
+            for write in &writes {
+                let (result, took) = results.next().unwrap_or((Err("not sent".to_string()), Duration::ZERO));
+                done.push(self.written(&write.workload, &write.sources, result, took));
+            }
+            self.finish(&flight.key, flight.transition, flight.hash, flight.current, &done)
+        };
+        self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
+    }
+
+    /// Wait for every change in flight to land.
+    pub(super) async fn drain(&mut self) {
+        while let Some(landed) = self.pipeline.next_landed().await {
+            self.land(landed);
+        }
+    }
+
+    /// Wait until no write of `workload` is in flight (before writing it outside the pipeline).
+    pub(super) async fn wait_for(&mut self, workload: &WorkloadKey) {
+        while self.pipeline.claims(workload) {
+            match self.pipeline.next_landed().await {
+                Some(landed) => self.land(landed),
+                None => break,
+            }
+        }
+    }
+
+    /// Decide and write everything queued, and wait for it to land.
+    pub(super) async fn settle(&mut self) {
+        loop {
+            self.pump().await;
+            match self.pipeline.next_landed().await {
+                Some(landed) => self.land(landed),
+                None if self.queue.is_empty() => break,
+                // Nothing in flight claims the head of the queue: the next pump decides it.
+                None => {}
+            }
+        }
+    }
+
+    /// Metrics, retry and checkpoint bookkeeping of a change's outcome.
+    fn count(
+        &mut self,
+        key: &ResourceKey,
+        shard: u32,
+        acted_before: Option<ShortHash>,
+        started: Instant,
+        outcome: Outcome,
+    ) {
+        let result = match outcome {
+            Outcome::Skipped => "skipped",
+            Outcome::Done => "success",
+            Outcome::Failed => "error",
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        self.metrics.reconcile.with_label_values(&[result]).inc();
+        self.metrics.reconcile_duration.with_label_values(&[result]).observe(elapsed);
+        match outcome {
+            Outcome::Failed => self.schedule_retry(key.clone()),
+            Outcome::Done => {
+                self.metrics.change_latency.observe(elapsed);
+                self.clear_retry(key);
+            }
+            Outcome::Skipped => self.clear_retry(key),
+        }
+        if self.acted.get(key) != acted_before {
+            self.dirty.insert(shard);
+        }
+    }
+}
+
+/// Send one change's writes: different workloads at once, one workload's writes one after
+/// the other; each takes a permit of `permits` while it is out. Results come back in the
+/// order of `planned`, each with its time.
+async fn send_all(
+    writes: &Writes,
+    planned: &[PlannedWrite],
+    span: &tracing::Span,
+    permits: &Semaphore,
+) -> Vec<(crate::reload::write::WriteResult, Duration)> {
+    let mut chains: Vec<Vec<usize>> = Vec::new();
+    let mut chain_of: HashMap<&WorkloadKey, usize> = HashMap::new();
+    for (i, write) in planned.iter().enumerate() {
+        let chain = *chain_of.entry(&write.workload.key).or_insert_with(|| {
+            chains.push(Vec::new());
+            chains.len() - 1
+        });
+        chains[chain].push(i);
+    }
+    let sent = futures::future::join_all(chains.into_iter().map(|chain| async move {
+        let mut out = Vec::with_capacity(chain.len());
+        for i in chain {
+            let write = &planned[i];
+            // Never closed: the engine owns the semaphore.
+            let _permit = permits.acquire().await.ok();
+            let started = Instant::now();
+            let result =
+                writes.write(&write.workload, &write.patch, jiff::Timestamp::now()).instrument(span.clone()).await;
+            out.push((i, result, started.elapsed()));
+        }
+        out
+    }))
+    .await;
+    let mut flat: Vec<(usize, crate::reload::write::WriteResult, Duration)> = sent.into_iter().flatten().collect();
+    flat.sort_by_key(|(i, _, _)| *i);
+    flat.into_iter().map(|(_, result, took)| (result, took)).collect()
+}
