@@ -2,8 +2,9 @@
 //! 2 Deployments), R controller processes, U ConfigMap updates; prints per-replica memory, open
 //! connections to the API server, API calls during the updates, and update -> patch latency.
 //!
-//!     loadtest <namespaces> <replicas> <cluster|server|scoped> <updates> [rate|burst] [data|annotations]
+//!     loadtest <namespaces> <replicas> <cluster|server|scoped|single> <updates> [rate|burst] [data|annotations]
 //!
+//! `single` is the baseline of the sharded runs: one replica, cluster-wide watches, one shard.
 //! The rate is updates a second (25 unless given; `burst`: as fast as they can be sent, 64 in
 //! flight). `annotations` changes only an annotation of each ConfigMap (S4, no-op): nothing may
 //! be rolled, and the driver counts the Deployment writes it observes instead of timing them.
@@ -76,8 +77,7 @@ async fn main() -> anyhow::Result<()> {
         let replicas: usize = args.get(4).context(usage)?.parse()?;
         return fanout(deployments, updates, replicas, &args[5..]).await;
     }
-    let usage =
-        "usage: loadtest <namespaces> <replicas> <cluster|server|scoped> <updates> [rate|burst] [data|annotations]";
+    let usage = "usage: loadtest <namespaces> <replicas> <cluster|server|scoped|single> <updates> [rate|burst] [data|annotations]";
     if !(5..=7).contains(&args.len()) {
         bail!(usage);
     }
@@ -96,6 +96,10 @@ async fn main() -> anyhow::Result<()> {
         Some(_) => bail!(usage),
     };
     let load = Load { updates, rate, change };
+    if mode == "single" && replicas > 1 {
+        println!("single (one shard, the baseline of the sharded runs) runs with one replica: skipped");
+        return Ok(());
+    }
     let client = Client::try_default().await?;
 
     populate(&client, namespaces).await?;
@@ -105,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut controllers = start(replicas, namespaces, &mode).await?;
     let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
-    wait_ready(&ports, replicas).await?;
+    wait_ready(&ports, replicas, shards_of(&mode)).await?;
     println!("fleet ready: {replicas} replica(s), {mode} watches, {namespaces} namespaces");
 
     let pids: Vec<u32> = controllers.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
@@ -278,7 +282,7 @@ async fn start_one_with(
     let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
     {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), "--shards=16".to_string()];
+        let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), format!("--shards={}", shards_of(mode))];
         if replicas > 1 {
             args.extend(["--enable-ha".to_string(), "--leader-election-retry-period=1s".to_string()]);
         }
@@ -318,7 +322,7 @@ async fn soak(namespaces: usize, minutes: u64) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     populate(&client, namespaces).await?;
     let mut controllers = start(2, namespaces, "cluster").await?;
-    wait_ready(&controllers.iter().map(|(_, p)| *p).collect::<Vec<_>>(), 2).await?;
+    wait_ready(&controllers.iter().map(|(_, p)| *p).collect::<Vec<_>>(), 2, 16).await?;
     let server_port = server_port()?;
     let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
     let started = Instant::now();
@@ -406,9 +410,14 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     body.contains(" 200 ").then(|| body.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }
 
-async fn wait_ready(ports: &[u16], replicas: usize) -> anyhow::Result<()> {
+/// Shards of a run: 16, or 1 for `single` (cluster-wide watches, no shards: the baseline).
+fn shards_of(mode: &str) -> u32 {
+    if mode == "single" { 1 } else { 16 }
+}
+
+async fn wait_ready(ports: &[u16], replicas: usize, shards: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (floor, ceil) = (16 / replicas as u32, 16_u32.div_ceil(replicas as u32));
+    let (floor, ceil) = (shards / replicas as u32, shards.div_ceil(replicas as u32));
     let mut settled_since: Option<Instant> = None;
     loop {
         let mut ready = 0;
@@ -424,7 +433,7 @@ async fn wait_ready(ports: &[u16], replicas: usize) -> anyhow::Result<()> {
         }
         // Settled: every replica has taken up its fair share, and has stayed so for 5 s (a
         // fleet moving shards during the updates would measure the handoff, not the steady state).
-        if ready == ports.len() && balanced && total == 16 {
+        if ready == ports.len() && balanced && total == shards {
             let since = *settled_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= Duration::from_secs(5) {
                 return Ok(());
@@ -802,7 +811,7 @@ async fn fanout(deployments: usize, updates: usize, replicas: usize, extra: &[St
         controllers.push(start_one_with(r, replicas, 0, mode, extra).await?);
     }
     let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
-    wait_ready(&ports, replicas).await?;
+    wait_ready(&ports, replicas, 16).await?;
     println!("fan-out: {deployments} Deployments on one ConfigMap, {replicas} replica(s), args {extra:?}");
 
     let generation = |list: &kube::core::ObjectList<Deployment>| -> HashMap<String, i64> {

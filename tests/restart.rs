@@ -27,6 +27,21 @@ async fn start(ctx: &Ctx, name: &str) -> Controller {
     ctx.start_controller(name, &[]).await
 }
 
+/// Start a fleet replica (16 shards, Leases) scoped to the context's namespace; return once
+/// it acts on every shard (shards are taken up after start, once their Leases are held).
+async fn start_replica(ctx: &Ctx, name: &str) -> Controller {
+    let scope = format!("--namespaces={}", ctx.ns);
+    let name = format!("{}-{name}", ctx.ns);
+    let replica =
+        support::controller::start_fleet_replica_with(&ctx.ns, &name, &[scope.as_str()], &support::kubeconfig_path())
+            .await;
+    wait_for("the shards acted on", || async {
+        (replica.metric("reloader_shards_active").await == 16.0).then_some(())
+    })
+    .await;
+    replica
+}
+
 #[tokio::test]
 async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
     for strategy in [Strategy::EnvVars, Strategy::Annotations] {
@@ -113,6 +128,36 @@ async fn a_change_made_while_stopped_or_crashed_rolls_exactly_once() {
     .await;
 }
 
+/// 300 ConfigMaps created while no replica ran, and the one in use changed: the take-up of
+/// the shard (after start, once its Lease is held) queues more changes than the engine looks
+/// at in one go (256), and the change that sorts last is still rolled, once.
+#[tokio::test]
+async fn a_take_up_with_hundreds_of_changes_acts_on_the_last_one_too() {
+    use futures::StreamExt;
+    with_temp_ns("many-while-down", |client, ns| async move {
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "zz-used", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("zz-used").create(c, ns).await;
+        let first = start_replica(&ctx, "first").await;
+        first.stop().await;
+
+        futures::stream::iter(0..300)
+            .for_each_concurrent(
+                16,
+                |i| async move { create_configmap(c, ns, &format!("new-{i:03}"), &[("k", "1")]).await },
+            )
+            .await;
+        patch_configmap(c, ns, "zz-used", json!({ "data": { "k": "2" } })).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+        let second = start_replica(&ctx, "second").await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "zz-used", &cm_hash(&[("k", "2")])).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "exactly one rollout");
+        second.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_first_start_takes_the_current_state_as_baseline() {
     with_temp_ns("baseline", |client, ns| async move {
@@ -132,25 +177,14 @@ async fn a_first_start_takes_the_current_state_as_baseline() {
 
 #[tokio::test]
 async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_baselines() {
-    use support::controller::start_fleet_replica_with;
     with_temp_ns("killed-at-take-up", |client, ns| async move {
         let ctx = Ctx::new(client, ns, Strategy::EnvVars);
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
         create_configmap(c, ns, "cm", &[("k", "1")]).await;
         Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
-        let scope = format!("--namespaces={ns}");
-        let kubeconfig = support::kubeconfig_path();
-        let start = |name: String| {
-            let (scope, kubeconfig) = (scope.clone(), kubeconfig.clone());
-            async move { start_fleet_replica_with(ns, &name, &[scope.as_str()], &kubeconfig).await }
-        };
-        // Shards are taken up after start (once their Leases are held), each a first start:
-        // its checkpoint is written before the replica acts on it.
-        let first = start(format!("{ns}-first")).await;
-        wait_for("the shards acted on", || async {
-            (first.metric("reloader_shards_active").await == 16.0).then_some(())
-        })
-        .await;
+        // Each shard's take-up is a first start: its checkpoint is written before the replica
+        // acts on it.
+        let first = start_replica(&ctx, "first").await;
         let saved = Api::<ConfigMap>::namespaced(c.clone(), ns).list(&Default::default()).await.expect("list");
         let has_baseline = saved.items.iter().any(|cm| {
             cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint-shard-"))
@@ -161,7 +195,7 @@ async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_ba
         // Changed while nobody runs: the next replica finds the baseline, not a first start.
         patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
         let before = generation(c, ns, Kind::Deployment, "web").await;
-        let second = start(format!("{ns}-second")).await;
+        let second = start_replica(&ctx, "second").await;
         ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
         assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "exactly one rollout");
         second.stop().await;

@@ -1,7 +1,8 @@
 //! Server-side sharded watches (`--shard-placement=fnv-ranges` on an API server with the
 //! ShardedListAndWatch feature, which `hack/cluster` turns on): the API server sends each
-//! replica only the namespaces of the shards it holds, a change is still served once across a
-//! handoff, and a replica whose server ignores the selector filters by itself, in one fleet.
+//! replica only the namespaces of the shards it holds, a gained shard gets watches of its own
+//! range while the others run on, a change is still served once across a handoff, and a
+//! replica whose server ignores the selector filters by itself, in one fleet.
 
 mod support;
 
@@ -21,6 +22,8 @@ use support::{wait_for, with_temp_ns};
 const NAMESPACES: usize = 16;
 const FOREIGN: &str = "reloader_watch_events_foreign_total";
 const SHARDED: &str = "reloader_watch_server_sharded_collections";
+const STREAMS: &str = "reloader_watch_streams";
+const STARTED: &str = "reloader_watch_streams_started_total";
 
 /// Update every namespace's ConfigMap to `value`; each Deployment must record it and roll once.
 async fn update_all(client: &kube::Client, namespaces: &[String], value: &str) {
@@ -90,13 +93,17 @@ async fn the_api_server_sends_each_replica_only_its_shards_and_a_replica_without
         assert_eq!(delta_a, 0.0, "the API server sent a nothing of b's shards");
         assert!(delta_b >= 8.0, "b receives the changes of a's 8 namespaces and drops them");
 
-        // A handoff: a takes b's shards, its watches restart unfiltered, nothing is lost or doubled.
+        // A handoff: a takes b's shards with watches of their ranges alone; its own watches run
+        // on (no relist of a's shards); nothing is lost or doubled.
+        let (streams, started) = (a.metric(STREAMS).await, a.metric(STARTED).await);
         b.stop().await;
         wait_for("a holds all 16 shards and every namespace", || async {
             (a.metric("reloader_shards_active").await == 16.0 && owned_total(&[&a]).await == NAMESPACES as f64)
                 .then_some(())
         })
         .await;
+        assert_eq!(a.metric(STARTED).await - started, streams, "one new watch per watched kind, for b's shards");
+        assert_eq!(a.metric(STREAMS).await, 2.0 * streams, "a's own watches kept running");
         update_all(&client, &namespaces, "2").await;
         a.stop().await;
         delete_namespaces(&client, &namespaces).await;

@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::watch::watcher::Seen;
 use crate::watch::wire::{Compactor, SlimSpcPodStatus};
 use crate::watch::{DataHash, ResourceKey, ResourceKind, ResourceState, Writer};
 
@@ -102,9 +101,9 @@ impl CsiState {
     }
 
     /// After a list of `scope`: forget the pod statuses it did not see.
-    pub fn retain_pod_statuses(&mut self, writer: &Writer, scope: Option<&str>, seen: &Seen) {
-        let gone: Vec<Name> =
-            self.pod_statuses.keys().filter(|n| in_scope(&n.0, scope) && !seen.contains(n)).cloned().collect();
+    /// A list of pod statuses ended: forget those it `missed` (covered, not seen).
+    pub fn retain_pod_statuses(&mut self, writer: &Writer, missed: impl Fn(&Arc<str>, &Arc<str>) -> bool) {
+        let gone: Vec<Name> = self.pod_statuses.keys().filter(|n| missed(&n.0, &n.1)).cloned().collect();
         for (namespace, object) in gone {
             self.delete_pod_status(writer, &namespace, &object);
         }
@@ -124,9 +123,9 @@ impl CsiState {
         self.classes.remove(&(Arc::from(namespace), Arc::from(name)));
     }
 
-    pub fn retain_classes(&mut self, writer: &Writer, scope: Option<&str>, seen: &Seen) {
-        let gone: Vec<Name> =
-            self.classes.keys().filter(|n| in_scope(&n.0, scope) && !seen.contains(n)).cloned().collect();
+    /// A list of classes ended: forget those it `missed` (covered, not seen).
+    pub fn retain_classes(&mut self, writer: &Writer, missed: impl Fn(&Arc<str>, &Arc<str>) -> bool) {
+        let gone: Vec<Name> = self.classes.keys().filter(|n| missed(&n.0, &n.1)).cloned().collect();
         for (namespace, name) in gone {
             self.delete_class(writer, &namespace, &name);
         }
@@ -160,10 +159,6 @@ impl CsiState {
             }
         }
     }
-}
-
-fn in_scope(namespace: &str, scope: Option<&str>) -> bool {
-    scope.is_none_or(|s| s == namespace)
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
 //! Server-side sharded list and watch (the alpha ShardedListAndWatch feature of Kubernetes
 //! 1.36, KEP-5866): a `shardSelector` of FNV-1a ranges of the namespace on a cluster-wide list
 //! or watch makes the API server send only the objects of those namespaces, so a replica
-//! decodes only its shards' events and a gained shard lists only the held ranges.
+//! decodes only its shards' events and a gained shard is a list of its own range alone.
 //!
 //! kube's watcher knows no such parameter, so a client layer adds it to the list and watch
 //! requests of the resources the server was seen to honour it for ([`ServerShards::probe`]:
-//! a list answered with `metadata.shardInfo`), never assumed. The watches keep filtering by
+//! a list answered with `metadata.shardInfo`), never assumed: the selector of every held
+//! shard, or, for the watches of a group of gained shards, the group's (the watch names its
+//! group with a field selector that the layer takes out). The watches keep filtering by
 //! shard on the client, so a server that ignores the selector costs bandwidth, not
 //! correctness.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use http::{Method, Request, Uri};
@@ -45,8 +47,13 @@ struct Inner {
     /// Cluster-wide collection paths (`/api/v1/configmaps`) whose lists and watches the API
     /// server filters by shard.
     paths: HashSet<String>,
-    /// The query parameter for the shards held now, percent-encoded; `None`: no filter.
+    /// The query parameter of the watches of every held shard, percent-encoded; `None`: no
+    /// filter.
     parameter: Option<String>,
+    /// Watches of gained shards only, by marker (see [`ServerShards::add_group`]): their
+    /// parameters, percent-encoded.
+    groups: HashMap<String, String>,
+    next_group: u64,
 }
 
 impl ServerShards {
@@ -66,6 +73,18 @@ impl ServerShards {
             if query.split('&').any(|p| p.starts_with("shardSelector=")) {
                 return req;
             }
+            // A group's watch names its group in a field selector of its own: that selector
+            // goes, the group's shards come instead of all held.
+            let group = query.split('&').find_map(|p| {
+                let (key, value) = form_urlencoded::parse(p.as_bytes()).next()?;
+                (key == "fieldSelector").then(|| inner.groups.get_key_value(value.as_ref()).map(|g| (p, g.1)))?
+            });
+            let (query, parameter) = match group {
+                Some((marker, group)) => {
+                    (query.split('&').filter(|p| *p != marker).collect::<Vec<_>>().join("&"), group)
+                }
+                None => (query.to_string(), parameter),
+            };
             let joined = if query.is_empty() { parameter.clone() } else { format!("{query}&{parameter}") };
             if let Ok(uri) = format!("{}?{joined}", req.uri().path()).parse::<Uri>() {
                 *req.uri_mut() = uri;
@@ -128,11 +147,32 @@ impl ServerShards {
         self.inner.read().is_ok_and(|inner| !inner.paths.is_empty())
     }
 
-    /// Select the namespaces of `owned` from now on (the watches must restart to use it).
+    /// Select the namespaces of `owned` from now on (the watches must restart to use it);
+    /// forgets every group.
     pub fn select(&self, ring: &Ring, owned: &BTreeSet<u32>) {
         let parameter = ring.shard_selector(owned).map(|selector| encode(&selector));
         if let Ok(mut inner) = self.inner.write() {
             inner.parameter = parameter;
+            inner.groups.clear();
+        }
+    }
+
+    /// Register watches of `shards` alone (shards just gained, while the watches of the others
+    /// run on): the field selector to give them, which this layer swaps for the shards'
+    /// selector. `None` when the shards cannot be selected alone (all of them).
+    pub fn add_group(&self, ring: &Ring, shards: &BTreeSet<u32>) -> Option<String> {
+        let parameter = encode(&ring.shard_selector(shards)?);
+        let mut inner = self.inner.write().ok()?;
+        inner.next_group += 1;
+        let marker = format!("metadata.name!=reloader-fleet-shard-group-{}", inner.next_group);
+        inner.groups.insert(marker.clone(), parameter);
+        Some(marker)
+    }
+
+    /// Forget a group whose watches stopped.
+    pub fn remove_group(&self, marker: &str) {
+        if let Ok(mut inner) = self.inner.write() {
+            inner.groups.remove(marker);
         }
     }
 }
@@ -174,5 +214,24 @@ mod tests {
         }
         shards.select(&ring, &(0..16).collect());
         assert_eq!(sent_uri(&shards, Method::GET, "/api/v1/configmaps").await, "/api/v1/configmaps", "all held");
+    }
+
+    #[tokio::test]
+    async fn a_group_watch_carries_its_own_shards_instead_of_its_marker() {
+        let shards = ServerShards::default();
+        shards.inner.write().expect("lock").paths.insert("/api/v1/configmaps".to_string());
+        let ring = Ring::with_placement(16, Placement::FnvRanges).expect("valid");
+        shards.select(&ring, &BTreeSet::from([1, 2]));
+        let marker = shards.add_group(&ring, &BTreeSet::from([3])).expect("one shard can be selected");
+        let field = form_urlencoded::Serializer::new(String::new()).append_pair("fieldSelector", &marker).finish();
+        let sent = sent_uri(&shards, Method::GET, &format!("/api/v1/configmaps?watch=true&{field}")).await;
+        let only_3 = encode(&ring.shard_selector(&BTreeSet::from([3])).expect("a selector"));
+        assert_eq!(sent, format!("/api/v1/configmaps?watch=true&{only_3}"), "the marker swapped for shard 3");
+        let base = sent_uri(&shards, Method::GET, "/api/v1/configmaps?watch=true").await;
+        assert!(base.ends_with(&encode(&ring.shard_selector(&BTreeSet::from([1, 2])).expect("a selector"))));
+        shards.remove_group(&marker);
+        let unknown = sent_uri(&shards, Method::GET, &format!("/api/v1/configmaps?{field}")).await;
+        assert!(unknown.starts_with(&format!("/api/v1/configmaps?{field}&shardSelector=")), "{unknown}");
+        assert!(shards.add_group(&ring, &(0..16).collect()).is_none(), "all shards: no group");
     }
 }

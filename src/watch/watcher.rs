@@ -28,23 +28,21 @@ use tracing::{debug, info, warn};
 
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::csi::CsiState;
-use crate::watch::wire::{
-    Compactor, INTERNAL_LABEL, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimSecret, SlimSecretProviderClass,
-    SlimSpcPodStatus, SlimStatefulSet,
-};
+use crate::watch::wire::{Compactor, SlimConfigMap, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus};
 use crate::watch::{
     Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload, WorkloadKind,
     Writer, looks_like_reloader,
 };
 
 mod csi_events;
+mod opening;
 mod standby;
 mod streams;
 mod unselected;
 
 use standby::Standby;
+use streams::list_config;
 pub use streams::streaming_lists_served;
-use streams::{gated, list_config, raw_workload_stream, tagged, watch_kind, workload_stream};
 use unselected::Unselected;
 
 /// What to watch and what to keep.
@@ -118,6 +116,11 @@ pub(crate) type Seen = HashSet<(Arc<str>, Arc<str>)>;
 /// A stream's scope and whether it has completed a list since (re)start.
 struct StreamState {
     namespace: Option<String>,
+    /// Server-sharded: the shards its selector covers (its lists diff only their namespaces).
+    covers: Option<BTreeSet<u32>>,
+    /// Server-sharded: the group of a watch of gained shards only (see
+    /// [`ServerShards::add_group`]).
+    group: Option<String>,
     synced_once: bool,
     /// Objects seen by the list in progress, if one is.
     seen: Option<Seen>,
@@ -141,9 +144,34 @@ impl StreamState {
     }
 
     /// End the list: the scope it covered and what it saw; anything else in that scope is gone.
-    fn finish_list(&mut self) -> (Option<String>, Seen) {
+    fn finish_list(&mut self) -> Listed {
         self.synced_once = true;
-        (self.namespace.clone(), self.seen.take().unwrap_or_default())
+        Listed {
+            namespace: self.namespace.clone(),
+            covers: self.covers.clone(),
+            seen: self.seen.take().unwrap_or_default(),
+        }
+    }
+}
+
+/// What a finished list covered and saw.
+struct Listed {
+    namespace: Option<String>,
+    covers: Option<BTreeSet<u32>>,
+    seen: Seen,
+}
+
+impl Listed {
+    /// Whether the list covered every namespace (not one namespace, nor some shards alone).
+    fn is_whole(&self) -> bool {
+        self.namespace.is_none() && self.covers.is_none()
+    }
+
+    /// Whether the list covered the object's namespace and did not see the object.
+    fn missed(&self, ring: &Ring, namespace: &Arc<str>, name: &Arc<str>) -> bool {
+        self.namespace.as_deref().is_none_or(|n| n == &**namespace)
+            && self.covers.as_ref().is_none_or(|c| c.contains(&ring.shard_of(namespace)))
+            && !self.seen.contains(&(namespace.clone(), name.clone()))
     }
 }
 
@@ -223,20 +251,20 @@ pub async fn run(
             }
             Ok(()) = owned.changed() => {
                 let now_owned = owned.borrow_and_update().clone();
+                let before = task.owned.clone();
                 let gained = task.apply_ownership(now_owned, &synced);
                 if server_sharded {
-                    // The API server sends the held shards only: every watch restarts with the
-                    // new selector (a list of the held ranges, not of the cluster).
-                    info!(shards = ?task.owned, "shards changed; restarting the server-sharded watches");
-                    task.config.server_shards.select(&task.config.ring, &task.owned);
-                    task.stop_streams();
-                } else if gained && task.config.namespaces.is_none() && !task.keeps_standby {
-                    // One watch covers every namespace: it relists to load the gained ones.
-                    info!(shards = ?task.owned, "gained shards; relisting watches to load them");
-                    task.stop_streams();
+                    // The API server sends the held shards only.
+                    task.follow_server_shards(&client, &mut merged, &before);
+                } else {
+                    if gained && task.config.namespaces.is_none() && !task.keeps_standby {
+                        // One watch covers every namespace: it relists to load the gained ones.
+                        info!(shards = ?task.owned, "gained shards; relisting watches to load them");
+                        task.stop_streams();
+                    }
+                    // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
+                    task.open_streams(&client, &mut merged);
                 }
-                // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
-                task.open_streams(&client, &mut merged);
                 task.publish_sync(&synced);
             }
             Some((stream, item)) = merged.next() => {
@@ -512,98 +540,6 @@ impl WatchTask {
         }
     }
 
-    /// The scopes to watch: none while nothing is owned; one cluster-wide scope; or, in
-    /// namespace-scoped mode, the listed namespaces of owned shards (each open watch is a
-    /// connection of its own).
-    fn wanted_scopes(&self) -> HashSet<Option<String>> {
-        match &self.config.namespaces {
-            _ if self.owned.is_empty() => HashSet::new(),
-            None => HashSet::from([None]),
-            Some(list) => list
-                .iter()
-                .filter(|ns| self.owned.contains(&self.config.ring.shard_of(ns)))
-                .cloned()
-                .map(Some)
-                .collect(),
-        }
-    }
-
-    /// Stop every stream; `open_streams` then starts them afresh, each with a full list.
-    fn stop_streams(&mut self) {
-        for (_, state) in self.streams.drain() {
-            state.stop.cancel();
-        }
-        self.metrics.streams.set(0);
-    }
-
-    /// Stop the streams of scopes no longer wanted and start those of wanted scopes that have
-    /// none; each new stream starts with a full list.
-    fn open_streams(&mut self, client: &Client, merged: &mut Merged) {
-        let wanted = self.wanted_scopes();
-        self.streams.retain(|_, state| {
-            let keep = wanted.contains(&state.namespace);
-            if !keep {
-                state.stop.cancel();
-            }
-            keep
-        });
-        self.metrics.streams.set(self.streams.len() as i64);
-        let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
-        let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
-        // Streaming lists keep a list from being held whole, cluster-wide or of one namespace.
-        let list = list_config(self.config.streaming_lists);
-        let resource_config = match &selector {
-            Some(s) => list.clone().labels(s),
-            None => list.clone(),
-        };
-        // The controller's own ConfigMaps (checkpoints of up to 1 MiB, saved every few seconds
-        // under load) are left out by the API server rather than decoded here and dropped.
-        let own = format!("!{INTERNAL_LABEL}");
-        let configmap_config = match selector.as_deref().filter(|s| !s.is_empty()) {
-            Some(s) => list.clone().labels(&format!("{s},{own}")),
-            None => list.clone().labels(&own),
-        };
-        for scope in wanted.difference(&running) {
-            if self.config.watch_configmaps {
-                let stream = watch_kind::<SlimConfigMap>(client, scope, configmap_config.clone());
-                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::ConfigMap));
-            }
-            if self.config.watch_secrets {
-                let stream = watch_kind::<SlimSecret>(client, scope, resource_config.clone());
-                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::Secret));
-            }
-            if self.config.csi {
-                let stream = watch_kind::<SlimSpcPodStatus>(client, scope, list.clone());
-                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SpcPodStatus));
-                let stream = watch_kind::<SlimSecretProviderClass>(client, scope, list.clone());
-                self.add_stream(merged, scope, |id| tagged(id, stream, Incoming::SecretProviderClass));
-            }
-            for kind in self.config.workload_kinds.clone() {
-                let (compactor, list) = (self.compactor.clone(), list.clone());
-                self.add_stream(merged, scope, |id| match kind {
-                    WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor, list),
-                    WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor, list),
-                    WorkloadKind::StatefulSet => {
-                        workload_stream::<SlimStatefulSet>(id, client, scope, &compactor, list)
-                    }
-                    other => raw_workload_stream(id, other, client, scope, &compactor, list),
-                });
-            }
-        }
-    }
-
-    /// Register a stream and add it to `merged`, its initial list waiting for a permit.
-    fn add_stream(&mut self, merged: &mut Merged, scope: &Option<String>, make: impl FnOnce(usize) -> BoxedTagged) {
-        let id = self.next_stream;
-        self.next_stream += 1;
-        let stop = CancellationToken::new();
-        let stream = gated(make(id), self.list_permits.clone()).take_until(stop.clone().cancelled_owned());
-        merged.push(Box::pin(stream));
-        self.streams.insert(id, StreamState { namespace: scope.clone(), synced_once: false, seen: None, stop });
-        self.metrics.streams_started.inc();
-        self.metrics.streams.set(self.streams.len() as i64);
-    }
-
     async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
         if !self.streams.contains_key(&stream) {
             return Ok(()); // from a stream just stopped
@@ -703,13 +639,16 @@ impl WatchTask {
                 }
             }
             WatchEvent::InitDone => {
-                let (scope, seen) = self.stream(stream).finish_list();
-                if scope.is_none() {
-                    self.unselected.retain_listed(kind, &seen);
-                    self.standby.retain_listed_resources(kind, &seen);
+                let listed = self.stream(stream).finish_list();
+                let ring = self.config.ring.clone();
+                if listed.namespace.is_none() {
+                    self.unselected.retain_listed(kind, |ns, name| !listed.missed(&ring, ns, name));
                 }
-                for key in self.writer.store().resource_keys(kind, scope.as_deref()) {
-                    if !seen.contains(&(key.namespace.clone(), key.name.clone()))
+                if listed.is_whole() {
+                    self.standby.retain_listed_resources(kind, &listed.seen);
+                }
+                for key in self.writer.store().resource_keys(kind, listed.namespace.as_deref()) {
+                    if listed.missed(&ring, &key.namespace, &key.name)
                         && let Some(gone) = self.writer.delete_resource(&key)
                         && emit
                     {
@@ -751,12 +690,12 @@ impl WatchTask {
             }
             WatchEvent::InitApply(None) | WatchEvent::Apply(None) | WatchEvent::Delete(None) => {}
             WatchEvent::InitDone => {
-                let (scope, seen) = self.stream(stream).finish_list();
-                if scope.is_none() {
-                    self.standby.retain_listed_workloads(kind, &seen);
+                let listed = self.stream(stream).finish_list();
+                if listed.is_whole() {
+                    self.standby.retain_listed_workloads(kind, &listed.seen);
                 }
-                for key in self.writer.workload_keys(kind, scope.as_deref()) {
-                    if !seen.contains(&(key.namespace.clone(), key.name.clone())) {
+                for key in self.writer.workload_keys(kind, listed.namespace.as_deref()) {
+                    if listed.missed(&self.config.ring, &key.namespace, &key.name) {
                         self.writer.delete_workload(&key);
                     }
                 }
@@ -793,6 +732,8 @@ impl WatchTask {
     fn stream(&mut self, id: usize) -> &mut StreamState {
         self.streams.entry(id).or_insert_with(|| StreamState {
             namespace: None,
+            covers: None,
+            group: None,
             synced_once: false,
             seen: None,
             stop: CancellationToken::new(),

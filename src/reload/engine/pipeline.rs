@@ -149,8 +149,14 @@ impl Engine {
         let mut waiting_resources: HashSet<ResourceKey> = HashSet::new();
         let mut held = Vec::new();
         let mut looked = 0;
-        while looked < WINDOW && self.pipeline.running.len() < MAX_IN_FLIGHT {
-            let Some((change, forced)) = self.queue.pop_front() else { break };
+        let full = loop {
+            if looked == WINDOW {
+                break false;
+            }
+            if self.pipeline.running.len() >= MAX_IN_FLIGHT {
+                break true;
+            }
+            let Some((change, forced)) = self.queue.pop_front() else { break false };
             looked += 1;
             let candidates: Vec<WorkloadKey> =
                 self.store.candidates(&change.key).iter().map(|w| w.key.clone()).collect();
@@ -164,11 +170,15 @@ impl Engine {
                 continue;
             }
             self.dispatch(change, forced).await;
-        }
+        };
+        // Stalled until a change lands (or arrives) only if nothing the next pump would look
+        // at may go: the writes in flight are at their bound, or every change looked at waits.
+        let unlooked = !self.queue.is_empty();
+        let all_wait = !held.is_empty() && (held.len() == WINDOW || !unlooked);
         for queued in held.into_iter().rev() {
             self.queue.push_front(queued);
         }
-        self.pipeline.stalled = !self.queue.is_empty();
+        self.pipeline.stalled = !self.queue.is_empty() && (full || all_wait);
     }
 
     /// Decide one change (of an active shard; others are covered when their shard is taken

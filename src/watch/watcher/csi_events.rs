@@ -46,8 +46,9 @@ impl WatchTask {
                 }
             }
             WatchEvent::InitDone => {
-                let (scope, seen) = self.stream(stream).finish_list();
-                self.csi.retain_pod_statuses(&self.writer, scope.as_deref(), &seen);
+                let listed = self.stream(stream).finish_list();
+                let ring = &self.config.ring;
+                self.csi.retain_pod_statuses(&self.writer, |ns, name| listed.missed(ring, ns, name));
             }
         }
         Ok(())
@@ -78,8 +79,9 @@ impl WatchTask {
                 }
             }
             WatchEvent::InitDone => {
-                let (scope, seen) = self.stream(stream).finish_list();
-                self.csi.retain_classes(&self.writer, scope.as_deref(), &seen);
+                let listed = self.stream(stream).finish_list();
+                let ring = &self.config.ring;
+                self.csi.retain_classes(&self.writer, |ns, name| listed.missed(ring, ns, name));
             }
         }
     }

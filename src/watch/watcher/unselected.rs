@@ -12,8 +12,8 @@
 //! not parse, the last state is the baseline (the behaviour without this room).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::Seen;
 use crate::watch::{ResourceKey, ResourceKind, ResourceState};
 
 #[derive(Default)]
@@ -63,9 +63,10 @@ impl Unselected {
         self.entries.remove(key);
     }
 
-    /// A cluster-wide list of `kind` ended: what it did not see is gone.
-    pub fn retain_listed(&mut self, kind: ResourceKind, seen: &Seen) {
-        self.entries.retain(|k, _| k.kind != kind || seen.contains(&(k.namespace.clone(), k.name.clone())));
+    /// A cluster-wide list of `kind` ended: keep the entries of that kind for which `kept`
+    /// (namespace, name) holds (those it saw, or did not cover).
+    pub fn retain_listed(&mut self, kind: ResourceKind, kept: impl Fn(&Arc<str>, &Arc<str>) -> bool) {
+        self.entries.retain(|k, _| k.kind != kind || kept(&k.namespace, &k.name));
     }
 
     /// Keep only the entries whose namespace passes `keep` (the shards still owned).
@@ -96,8 +97,6 @@ impl Unselected {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::watch::DataHash;
 
@@ -154,10 +153,10 @@ mod tests {
         let mut kept = Unselected::default();
         kept.observe(key("a", "gone"), state("0"), Some("1"));
         kept.observe(key("a", "here"), state("0"), Some("2"));
-        let seen: Seen = [(Arc::from("a"), Arc::from("here"))].into_iter().collect();
-        kept.retain_listed(ResourceKind::Secret, &seen);
+        let seen = |_: &Arc<str>, name: &Arc<str>| &**name == "here";
+        kept.retain_listed(ResourceKind::Secret, seen);
         assert_eq!(kept.len(), 2, "a Secret list says nothing of ConfigMaps");
-        kept.retain_listed(ResourceKind::ConfigMap, &seen);
+        kept.retain_listed(ResourceKind::ConfigMap, seen);
         assert_eq!(kept.take_namespace("a", None), vec![(key("a", "here"), state("0"))]);
     }
 }
