@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use reloader_fleet::reload::{Keys, Options, Rules, env_var_name, parse_go_duration};
 use reloader_fleet::shard::{LabelSelector, Placement, Ring};
-use reloader_fleet::watch::{DataHash, PodTemplate, ResourceKind, ResourceState};
+use reloader_fleet::watch::{Annotations, DataHash, PodTemplate, ResourceKind, ResourceState};
 
 const CASES: u32 = 2_000;
 
@@ -136,7 +136,7 @@ proptest! {
     ) {
         let list = names.iter().cloned().collect::<Vec<_>>().join(", ");
         let mut rules = Rules::new(Keys::default(), Options::default());
-        let metadata = BTreeMap::from([("configmap.reloader.stakater.com/reload".to_string(), list)]);
+        let metadata = Annotations::from([("configmap.reloader.stakater.com/reload".to_string(), list)]);
         let verdict = rules.decide(ResourceKind::ConfigMap, &probe, &state(), &metadata, &PodTemplate::default());
         prop_assert_eq!(verdict.mode.is_some(), names.contains(&probe));
         prop_assert!(verdict.problems.is_empty());
@@ -145,7 +145,7 @@ proptest! {
     #[test]
     fn any_explicit_list_is_decided_without_panicking(list in any::<String>(), name in any::<String>()) {
         let mut rules = Rules::new(Keys::default(), Options::default());
-        let metadata = BTreeMap::from([("configmap.reloader.stakater.com/reload".to_string(), list)]);
+        let metadata = Annotations::from([("configmap.reloader.stakater.com/reload".to_string(), list)]);
         let _ = rules.decide(ResourceKind::ConfigMap, &name, &state(), &metadata, &PodTemplate::default());
     }
 
@@ -235,7 +235,7 @@ fn state() -> ResourceState {
 fn a_one_mebibyte_reload_list_is_a_problem_not_a_stall() {
     let mut rules = Rules::new(Keys::default(), Options::default());
     let huge = "a(b|c)*d,".repeat(1024 * 1024 / 9);
-    let metadata = BTreeMap::from([("configmap.reloader.stakater.com/reload".to_string(), huge)]);
+    let metadata = Annotations::from([("configmap.reloader.stakater.com/reload".to_string(), huge)]);
     let verdict = rules.decide(ResourceKind::ConfigMap, "abd", &state(), &metadata, &PodTemplate::default());
     assert_eq!(verdict.mode, None);
     assert_eq!(verdict.problems.len(), 1, "{:?}", verdict.problems);
@@ -247,7 +247,7 @@ fn a_one_mebibyte_reload_list_is_a_problem_not_a_stall() {
 fn an_entry_whose_regex_would_compile_huge_is_a_problem() {
     let mut rules = Rules::new(Keys::default(), Options::default());
     let metadata =
-        BTreeMap::from([("configmap.reloader.stakater.com/reload".to_string(), "(a{1000}){1000}".to_string())]);
+        Annotations::from([("configmap.reloader.stakater.com/reload".to_string(), "(a{1000}){1000}".to_string())]);
     let verdict = rules.decide(ResourceKind::ConfigMap, "a", &state(), &metadata, &PodTemplate::default());
     assert_eq!(verdict.mode, None);
     assert_eq!(verdict.problems.len(), 1, "{:?}", verdict.problems);

@@ -14,13 +14,11 @@
 //!  invalid-pattern         a .../reload list entry that is no regular expression
 //! ```
 
-use std::collections::BTreeMap;
-
 use crate::reload::{
     COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries,
     parse_go_bool,
 };
-use crate::watch::{ResourceKind, Workload};
+use crate::watch::{Annotations, ResourceKind, Workload};
 
 mod task;
 
@@ -154,7 +152,7 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
 }
 
 /// Findings on a ConfigMap, Secret or SecretProviderClass from its annotations.
-pub fn resource(keys: &Keys, kind: ResourceKind, annotations: &BTreeMap<String, String>) -> Vec<Finding> {
+pub fn resource(keys: &Keys, kind: ResourceKind, annotations: &Annotations) -> Vec<Finding> {
     let known = Known::new(keys);
     let mut out = Vec::new();
     common(keys, &known, annotations, &mut out);
@@ -187,7 +185,7 @@ pub fn resource(keys: &Keys, kind: ResourceKind, annotations: &BTreeMap<String, 
 }
 
 /// Checks that apply wherever the annotation is: misspelt keys and values that are no boolean.
-fn common(keys: &Keys, known: &Known<'_>, annotations: &BTreeMap<String, String>, out: &mut Vec<Finding>) {
+fn common(keys: &Keys, known: &Known<'_>, annotations: &Annotations, out: &mut Vec<Finding>) {
     for (key, value) in annotations {
         if !known.is_known(key) {
             if let Some(meant) = known.nearest(key) {

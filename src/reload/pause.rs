@@ -98,15 +98,14 @@ pub fn merge_patch(patch: &mut Value, extra: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::{PodTemplate, WorkloadKey};
-    use std::collections::BTreeMap;
+    use crate::watch::{Annotations, PodTemplate, WorkloadKey};
 
     fn deployment(annotations: &[(&str, &str)], paused: bool) -> Workload {
         Workload {
             key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
             uid: String::new(),
             resource_version: "1".into(),
-            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Annotations>(),
             template: PodTemplate::default(),
             paused,
             generation: 1,

@@ -9,12 +9,12 @@
 //! Explicit lists reload whether or not the workload references the resource; every other rule
 //! requires a reference (a container that uses it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use regex::Regex;
 
 use crate::reload::Keys;
-use crate::watch::{PodTemplate, ResourceKind, ResourceState};
+use crate::watch::{Annotations, PodTemplate, ResourceKind, ResourceState};
 
 /// Global switches that take part in the decision.
 #[derive(Clone, Debug, Default)]
@@ -162,7 +162,7 @@ impl Rules {
         kind: ResourceKind,
         resource_name: &str,
         state: &ResourceState,
-        metadata: &BTreeMap<String, String>,
+        metadata: &Annotations,
         template: &PodTemplate,
     ) -> Verdict {
         let mut problems = Vec::new();
@@ -191,7 +191,7 @@ impl Rules {
         kind: ResourceKind,
         resource_name: &str,
         state: &ResourceState,
-        metadata: &BTreeMap<String, String>,
+        metadata: &Annotations,
         template: &PodTemplate,
         problems: &mut Vec<Problem>,
     ) -> (Option<Mode>, Rule) {
@@ -210,7 +210,7 @@ impl Rules {
 
         // Presence, not value, of any of these keys on metadata decides where they are read from.
         let selection = [typed.explicit, keys.auto.as_str(), typed.auto, keys.search.as_str()];
-        let source = if selection.iter().any(|k| metadata.contains_key(*k)) { metadata } else { &template.annotations };
+        let source = if selection.iter().any(|k| metadata.contains_key(k)) { metadata } else { &template.annotations };
         let read = |key: &str| source.get(key).map(String::as_str).unwrap_or("");
 
         let list = source.get(typed.explicit);

@@ -321,14 +321,14 @@ pub fn last_reloaded_from(workload: &Workload) -> Option<ReloadSource> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::{Container, PodTemplate, WorkloadKey, WorkloadKind};
+    use crate::watch::{Annotations, Container, PodTemplate, WorkloadKey, WorkloadKind};
 
     fn workload() -> Workload {
         Workload {
             key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
             uid: "u".into(),
             resource_version: "1".into(),
-            annotations: BTreeMap::new(),
+            annotations: Annotations::default(),
             template: PodTemplate {
                 containers: vec![
                     Container { name: "sidecar".into(), ..Default::default() },

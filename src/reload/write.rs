@@ -278,15 +278,14 @@ fn gone_is_none(result: Result<Option<Workload>, kube::Error>) -> WriteResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::PodTemplate;
-    use std::collections::BTreeMap;
+    use crate::watch::{Annotations, PodTemplate};
 
     fn cronjob(name: &str) -> Workload {
         Workload {
             key: WorkloadKey { kind: WorkloadKind::CronJob, namespace: "ns".into(), name: name.into() },
             uid: "uid-1".into(),
             resource_version: "1".into(),
-            annotations: BTreeMap::new(),
+            annotations: Annotations::default(),
             template: PodTemplate::default(),
             paused: false,
             generation: 1,

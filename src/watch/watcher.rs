@@ -30,8 +30,8 @@ use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::csi::CsiState;
 use crate::watch::wire::{Compactor, SlimConfigMap, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus};
 use crate::watch::{
-    Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload, WorkloadKind,
-    Writer, looks_like_reloader,
+    Annotations, Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload,
+    WorkloadKind, Writer, looks_like_reloader,
 };
 
 mod csi_events;
@@ -708,7 +708,7 @@ impl WatchTask {
         if self.lint.is_none() {
             return;
         }
-        let annotations: BTreeMap<String, String> = meta
+        let annotations: Annotations = meta
             .annotations
             .iter()
             .flatten()

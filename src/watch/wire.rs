@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::watch::{
-    Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey, WorkloadKind,
-    WriteMethod,
+    Annotations, Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
+    WorkloadKind, WriteMethod,
 };
 
 /// Implement `kube::Resource` for a slim type so that `Api<T>` and the watcher can use it.
@@ -508,6 +508,8 @@ impl Compactor {
             namespace: Arc::from(meta.namespace.as_deref()?),
             name: Arc::from(meta.name.as_deref()?),
         };
+        // Only volumes that project a resource matter; a mount of any other names nothing.
+        let volumes: Vec<Volume> = template.spec.volumes.iter().map(volume).filter(|v| !v.sources.is_empty()).collect();
         Some(Workload {
             key,
             uid: meta.uid.clone().unwrap_or_default(),
@@ -515,9 +517,9 @@ impl Compactor {
             annotations: self.keep(meta.annotations.as_ref()),
             template: PodTemplate {
                 annotations: self.keep(Some(&template.metadata.annotations)),
-                containers: template.spec.containers.iter().map(container).collect(),
-                init_containers: template.spec.init_containers.iter().map(container).collect(),
-                volumes: template.spec.volumes.iter().map(volume).collect(),
+                containers: template.spec.containers.iter().map(|c| container(c, &volumes)).collect(),
+                init_containers: template.spec.init_containers.iter().map(|c| container(c, &volumes)).collect(),
+                volumes,
             },
             paused: false,
             generation: meta.generation.unwrap_or(0),
@@ -526,7 +528,7 @@ impl Compactor {
         })
     }
 
-    fn keep(&self, annotations: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    fn keep(&self, annotations: Option<&BTreeMap<String, String>>) -> Annotations {
         annotations
             .into_iter()
             .flatten()
@@ -538,7 +540,7 @@ impl Compactor {
     }
 }
 
-fn container(c: &WireContainer) -> Container {
+fn container(c: &WireContainer, volumes: &[Volume]) -> Container {
     let mut env_refs = Vec::new();
     let mut recorded = Vec::new();
     for var in &c.env {
@@ -555,7 +557,12 @@ fn container(c: &WireContainer) -> Container {
     }
     Container {
         name: c.name.clone(),
-        volume_mounts: c.volume_mounts.iter().map(|m| m.name.clone()).collect(),
+        volume_mounts: c
+            .volume_mounts
+            .iter()
+            .filter(|m| volumes.iter().any(|v| v.name == m.name))
+            .map(|m| m.name.clone())
+            .collect(),
         env_refs,
         recorded,
     }

@@ -1,7 +1,7 @@
 use super::*;
 use crate::watch::{PodTemplate, WorkloadKey, WorkloadKind};
 
-fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+fn map(pairs: &[(&str, &str)]) -> Annotations {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 

@@ -9,7 +9,7 @@ fn state() -> ResourceState {
     ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false }
 }
 
-fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+fn annotations(pairs: &[(&str, &str)]) -> Annotations {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
@@ -30,7 +30,7 @@ fn decide(
     kind: ResourceKind,
     name: &str,
     state: &ResourceState,
-    metadata: &BTreeMap<String, String>,
+    metadata: &Annotations,
     template: &PodTemplate,
 ) -> Verdict {
     let verdict = Rules::new(keys.clone(), options.clone()).decide(kind, name, state, metadata, template);
@@ -46,7 +46,7 @@ fn explain_agrees(
     kind: ResourceKind,
     name: &str,
     state: &ResourceState,
-    metadata: &BTreeMap<String, String>,
+    metadata: &Annotations,
     template: &PodTemplate,
 ) {
     use crate::reload::explain;
@@ -255,7 +255,8 @@ fn presence_of_a_key_on_metadata_blocks_the_template_fallback() {
 fn template_with_configmap_list_does_not_reload_for_a_secret() {
     let mut t = template_using_cm();
     t.annotations = annotations(&[("configmap.reloader.stakater.com/reload", "cm")]);
-    let verdict = decide(&keys(), &Options::default(), ResourceKind::Secret, "cm", &state(), &BTreeMap::new(), &t);
+    let verdict =
+        decide(&keys(), &Options::default(), ResourceKind::Secret, "cm", &state(), &Annotations::default(), &t);
     assert_eq!(verdict.mode, None);
 }
 
