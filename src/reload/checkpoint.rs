@@ -58,8 +58,9 @@ pub struct Checkpoint {
     name: String,
     /// The resourceVersion last read or written, for the write precondition.
     resource_version: Option<String>,
-    /// The text last read or written: a save of the same text writes nothing.
-    text: Option<String>,
+    /// The digest of the text last read or written: a save of the same text writes nothing
+    /// (the texts themselves were 1.7 MiB at 50,000 resources).
+    text: Option<DataHash>,
 }
 
 impl Checkpoint {
@@ -95,7 +96,7 @@ impl Checkpoint {
         };
         self.resource_version = cm.metadata.resource_version.clone();
         let text = cm.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(String::as_str).unwrap_or("");
-        self.text = Some(text.to_string());
+        self.text = Some(DataHash::of_bytes(text.as_bytes()));
         let (entries, unreadable) = parse(text);
         if unreadable > 0 && entries.is_empty() {
             // Nothing usable (edited by hand, or written by something else): taken like a first
@@ -119,10 +120,11 @@ impl Checkpoint {
     /// When the ConfigMap cannot be written.
     pub async fn save(&mut self, entries: &HashMap<ResourceKey, ShortHash>) -> Result<(), Error> {
         let text = render(entries);
-        if self.text.as_ref() == Some(&text) {
+        let digest = DataHash::of_bytes(text.as_bytes());
+        if self.text == Some(digest) {
             return Ok(());
         }
-        let data = BTreeMap::from([(DATA_KEY.to_string(), text.clone())]);
+        let data = BTreeMap::from([(DATA_KEY.to_string(), text)]);
         for _ in 0..3 {
             let cm = ConfigMap {
                 metadata: ObjectMeta {
@@ -145,7 +147,7 @@ impl Checkpoint {
             match result {
                 Ok(written) => {
                     self.resource_version = written.metadata.resource_version;
-                    self.text = Some(text);
+                    self.text = Some(digest);
                     return Ok(());
                 }
                 Err(Error::Api { source: kube::Error::Api(status), .. }) if status.code == 409 => {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::reload::lint::{self, Finding};
 use crate::reload::strategy::{self, Strategy};
 use crate::reload::{Keys, Mode, Problem, Rule, Rules};
-use crate::watch::{ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{Reference, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
 
 /// The settings that decide outside a workload's annotations.
 #[derive(Clone, Debug)]
@@ -159,7 +159,8 @@ pub fn workload(
     };
     report.found = true;
     report.findings = lint::workload(rules.keys(), &workload);
-    let mut resources: BTreeSet<(ResourceKind, String)> = workload.template.references().cloned().collect();
+    let mut resources: BTreeSet<(ResourceKind, String)> =
+        workload.template.references().map(|(k, n)| (*k, n.to_string())).collect();
     // Resources a `.../reload` list may name: every stored one of that kind in the namespace,
     // and each plain name the list spells out (so a missing one shows up as absent).
     for kind in [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass] {
@@ -301,7 +302,7 @@ fn explicit_list<'a>(keys: &Keys, workload: &'a Workload, kind: ResourceKind) ->
 
 /// How the workload uses the resource, for people.
 fn uses(workload: &Workload, kind: ResourceKind, name: &str) -> Vec<String> {
-    let is = |(k, n): &(ResourceKind, String)| *k == kind && n == name;
+    let is = |(k, n): &Reference| *k == kind && **n == *name;
     let template = &workload.template;
     let mut out = Vec::new();
     for volume in template.volumes.iter().filter(|v| v.sources.iter().any(is)) {

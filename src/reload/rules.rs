@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use regex::Regex;
 
 use crate::reload::Keys;
-use crate::watch::{Annotations, PodTemplate, ResourceKind, ResourceState};
+use crate::watch::{Annotations, PodTemplate, Reference, ResourceKind, ResourceState};
 
 /// Global switches that take part in the decision.
 #[derive(Clone, Debug, Default)]
@@ -334,7 +334,7 @@ pub fn named_entries(list: &str) -> impl Iterator<Item = &str> {
 /// an explicit reload still takes `containers[0]` and an automatic one takes none.
 pub fn target_container(template: &PodTemplate, kind: ResourceKind, name: &str, mode: Mode) -> Option<usize> {
     let first = (!template.containers.is_empty()).then_some(0);
-    let uses = |refs: &[(ResourceKind, String)]| refs.iter().any(|(k, n)| *k == kind && n == name);
+    let uses = |refs: &[Reference]| refs.iter().any(|(k, n)| *k == kind && **n == *name);
 
     if let Some(volume) = template.volumes.iter().find(|v| uses(&v.sources)) {
         let mounts = |c: &crate::watch::Container| c.volume_mounts.contains(&volume.name);

@@ -17,8 +17,8 @@ pub use hash::DataHash;
 pub use kind::{KindSpec, WorkloadKind, WriteMethod};
 pub use metrics::Metrics;
 pub use object::{
-    Annotations, Cause, Change, Container, PodTemplate, ResourceKey, ResourceKind, ResourceState, Stored, Volume,
-    Workload, WorkloadKey,
+    Annotations, Cause, Change, Container, PodTemplate, Reference, ResourceKey, ResourceKind, ResourceState, Stored,
+    Volume, Workload, WorkloadKey,
 };
 pub use server_shards::ServerShards;
 pub use store::{Store, Writer};

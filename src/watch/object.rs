@@ -156,13 +156,17 @@ pub struct PodTemplate {
     pub volumes: Vec<Volume>,
 }
 
+/// A resource a pod template names. The name is shared with the store's index of who uses
+/// what, which would otherwise hold a copy of it.
+pub type Reference = (ResourceKind, Arc<str>);
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Container {
     pub name: String,
     /// Names of the volumes this container mounts, in order.
     pub volume_mounts: Vec<String>,
     /// Resources named in `env[].valueFrom` or `envFrom[]`, in order.
-    pub env_refs: Vec<(ResourceKind, String)>,
+    pub env_refs: Vec<Reference>,
     /// `STAKATER_*` env vars with literal values: what Reloader recorded here.
     pub recorded: Vec<(String, String)>,
 }
@@ -171,12 +175,12 @@ pub struct Container {
 pub struct Volume {
     pub name: String,
     /// Resources this volume projects: a configMap, a secret, projected sources or a CSI class.
-    pub sources: Vec<(ResourceKind, String)>,
+    pub sources: Vec<Reference>,
 }
 
 impl PodTemplate {
     /// Every resource this template references, in any way Reloader recognises.
-    pub fn references(&self) -> impl Iterator<Item = &(ResourceKind, String)> {
+    pub fn references(&self) -> impl Iterator<Item = &Reference> {
         self.volumes
             .iter()
             .flat_map(|v| v.sources.iter())

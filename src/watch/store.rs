@@ -18,18 +18,23 @@ use crate::watch::{DataHash, ResourceKey, ResourceKind, ResourceState, Workload,
 
 #[derive(Default)]
 struct Inner {
-    resources: HashMap<ResourceKey, ResourceState>,
-    /// The hash each resource had when it was loaded (by a list, or as the baseline of a
-    /// namespace that joined); none for a resource a watch event created. Changes made since
-    /// may still be on their way to the engine, which takes this, not the current hash, as what
-    /// was known before them.
-    baselines: HashMap<ResourceKey, DataHash>,
+    resources: HashMap<ResourceKey, Entry>,
     workloads: HashMap<WorkloadKey, Arc<Workload>>,
     refs: HashMap<ResourceKey, KeySet>,
     explicit: HashMap<Arc<str>, KeySet>,
     /// Stored objects (resources and workloads) per namespace; a namespace is here while it
     /// has at least one.
     per_namespace: HashMap<Arc<str>, usize>,
+}
+
+/// A stored resource.
+struct Entry {
+    state: ResourceState,
+    /// The hash the resource had when it was loaded (by a list, or as the baseline of a
+    /// namespace that joined); none for a resource a watch event created. Changes made since
+    /// may still be on their way to the engine, which takes this, not the current hash, as what
+    /// was known before them.
+    baseline: Option<DataHash>,
 }
 
 /// Workload keys sorted without duplicates. Most resources are used by one or two workloads:
@@ -55,6 +60,12 @@ impl KeySet {
 }
 
 impl Inner {
+    /// The stored copy of a namespace's name, so that the objects of one namespace share one
+    /// allocation of it (70,000 copies at 10,000 namespaces of 7 objects otherwise).
+    fn shared(&self, namespace: &Arc<str>) -> Arc<str> {
+        self.per_namespace.get_key_value(&**namespace).map_or_else(|| namespace.clone(), |(k, _)| k.clone())
+    }
+
     fn count(&mut self, namespace: &Arc<str>, added: bool) {
         if added {
             *self.per_namespace.entry(namespace.clone()).or_default() += 1;
@@ -94,7 +105,7 @@ impl Store {
     }
 
     pub fn resource(&self, key: &ResourceKey) -> Option<ResourceState> {
-        self.read().resources.get(key).cloned()
+        self.read().resources.get(key).map(|e| e.state.clone())
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<Workload>> {
@@ -118,12 +129,19 @@ impl Store {
 
     /// Every stored resource with its state: the input of a reconcile after (re)sync.
     pub fn resources(&self) -> Vec<(ResourceKey, ResourceState)> {
-        self.read().resources.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.read().resources.iter().map(|(k, e)| (k.clone(), e.state.clone())).collect()
     }
 
-    /// The load-time hashes ([`Inner::baselines`]) of the resources for which `keep` holds.
+    /// The load-time hashes ([`Entry::baseline`]) of the resources for which `keep` holds.
     pub fn baselines(&self, keep: impl Fn(&ResourceKey) -> bool) -> HashMap<ResourceKey, DataHash> {
-        self.read().baselines.iter().filter(|(k, _)| keep(k)).map(|(k, h)| (k.clone(), *h)).collect()
+        let inner = self.read();
+        inner
+            .resources
+            .iter()
+            .filter_map(|(k, e)| Some((k, e.baseline?)))
+            .filter(|(k, _)| keep(k))
+            .map(|(k, h)| (k.clone(), h))
+            .collect()
     }
 
     /// Keys of stored resources of `kind`, optionally only in one namespace.
@@ -173,24 +191,22 @@ impl Writer {
         self.insert_resource(key, state, false);
     }
 
-    fn insert_resource(&self, key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
+    fn insert_resource(&self, mut key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
         let mut inner = self.write();
+        key.namespace = inner.shared(&key.namespace);
         let namespace = key.namespace.clone();
-        let hash = state.hash;
-        let previous = inner.resources.insert(key.clone(), state);
-        if previous.is_none() {
-            inner.count(&namespace, true);
-            if loaded {
-                inner.baselines.insert(key, hash);
-            }
+        if let Some(entry) = inner.resources.get_mut(&key) {
+            return Some(std::mem::replace(&mut entry.state, state));
         }
-        previous
+        let baseline = loaded.then_some(state.hash);
+        inner.resources.insert(key, Entry { state, baseline });
+        inner.count(&namespace, true);
+        None
     }
 
     pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
         let mut inner = self.write();
-        let gone = inner.resources.remove(key);
-        inner.baselines.remove(key);
+        let gone = inner.resources.remove(key).map(|e| e.state);
         if gone.is_some() {
             inner.count(&key.namespace, false);
         }
@@ -203,21 +219,26 @@ impl Writer {
     }
 
     /// Store a workload and re-index its references.
-    pub fn apply_workload(&self, workload: Workload) {
-        let workload = Arc::new(workload);
+    pub fn apply_workload(&self, mut workload: Workload) {
         let explicit = self
             .store
             .explicit_keys
             .iter()
             .any(|k| workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k));
         let mut inner = self.write();
+        // An update keeps the stored key (the map keeps it too): one copy of the names.
+        workload.key = match inner.workloads.get_key_value(&workload.key) {
+            Some((stored, _)) => stored.clone(),
+            None => WorkloadKey { namespace: inner.shared(&workload.key.namespace), ..workload.key },
+        };
+        let workload = Arc::new(workload);
         let key = workload.key.clone();
         match inner.workloads.insert(key.clone(), workload.clone()) {
             Some(old) => unindex(&mut inner, &old),
             None => inner.count(&key.namespace, true),
         }
         for (kind, name) in workload.template.references() {
-            let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: Arc::from(name.as_str()) };
+            let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: name.clone() };
             inner.refs.entry(rkey).or_default().insert(key.clone());
         }
         if explicit {
@@ -238,8 +259,7 @@ impl Writer {
     pub fn forget_namespace(&self, namespace: &str) -> (Vec<(ResourceKey, ResourceState)>, Vec<Arc<Workload>>) {
         let mut inner = self.write();
         let keys = keys_in(inner.resources.keys(), |k| &*k.namespace == namespace);
-        inner.baselines.retain(|k, _| &*k.namespace != namespace);
-        let resources = keys.into_iter().filter_map(|k| inner.resources.remove(&k).map(|state| (k, state))).collect();
+        let resources = keys.into_iter().filter_map(|k| inner.resources.remove(&k).map(|e| (k, e.state))).collect();
         let keys = keys_in(inner.workloads.keys(), |k| &*k.namespace == namespace);
         let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
         inner.refs.retain(|k, _| &*k.namespace != namespace);
@@ -260,7 +280,7 @@ fn in_scope(namespace: &str, scope: Option<&str>) -> bool {
 fn unindex(inner: &mut Inner, old: &Workload) {
     let key = &old.key;
     for (kind, name) in old.template.references() {
-        let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: Arc::from(name.as_str()) };
+        let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: name.clone() };
         if inner.refs.get_mut(&rkey).is_some_and(|set| set.remove(key)) {
             inner.refs.remove(&rkey);
         }
@@ -278,7 +298,7 @@ mod tests {
     fn workload(ns: &str, name: &str, uses: &[&str], annotations: &[(&str, &str)]) -> Workload {
         let container = Container {
             name: "app".into(),
-            env_refs: uses.iter().map(|n| (ResourceKind::ConfigMap, n.to_string())).collect(),
+            env_refs: uses.iter().map(|n| (ResourceKind::ConfigMap, Arc::from(*n))).collect(),
             ..Default::default()
         };
         Workload {

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::watch::{
-    Annotations, Container, DataHash, PodTemplate, ResourceKind, ResourceState, Volume, Workload, WorkloadKey,
-    WorkloadKind, WriteMethod,
+    Annotations, Container, DataHash, PodTemplate, Reference, ResourceKind, ResourceState, Volume, Workload,
+    WorkloadKey, WorkloadKind, WriteMethod,
 };
 
 /// Implement `kube::Resource` for a slim type so that `Api<T>` and the watcher can use it.
@@ -572,21 +572,21 @@ fn volume(v: &WireVolume) -> Volume {
     let mut sources = Vec::new();
     push_named(&mut sources, ResourceKind::ConfigMap, v.config_map.as_ref());
     if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_ref()) {
-        sources.push((ResourceKind::Secret, name.clone()));
+        sources.push((ResourceKind::Secret, Arc::from(name.as_str())));
     }
     for p in v.projected.iter().flat_map(|p| &p.sources) {
         push_named(&mut sources, ResourceKind::ConfigMap, p.config_map.as_ref());
         push_named(&mut sources, ResourceKind::Secret, p.secret.as_ref());
     }
     if let Some(class) = v.csi.as_ref().and_then(|c| c.volume_attributes.get(SPC_ATTRIBUTE)) {
-        sources.push((ResourceKind::SecretProviderClass, class.clone()));
+        sources.push((ResourceKind::SecretProviderClass, Arc::from(class.as_str())));
     }
     Volume { name: v.name.clone(), sources }
 }
 
-fn push_named(out: &mut Vec<(ResourceKind, String)>, kind: ResourceKind, named: Option<&OptionalNamed>) {
+fn push_named(out: &mut Vec<Reference>, kind: ResourceKind, named: Option<&OptionalNamed>) {
     if let Some(name) = named.and_then(|n| n.name.as_ref()) {
-        out.push((kind, name.clone()));
+        out.push((kind, Arc::from(name.as_str())));
     }
 }
 
@@ -643,7 +643,7 @@ mod tests {
         assert_eq!(w.resource_version, "7");
         assert_eq!(w.annotations.len(), 1, "only annotation keys the engine reads are kept");
         assert!(w.template.annotations.is_empty());
-        let refs: Vec<_> = w.template.references().map(|(k, n)| (*k, n.as_str())).collect();
+        let refs: Vec<_> = w.template.references().map(|(k, n)| (*k, &**n)).collect();
         for expected in [
             (ResourceKind::ConfigMap, "cm-a"),
             (ResourceKind::Secret, "s-b"),

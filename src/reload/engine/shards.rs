@@ -193,13 +193,13 @@ impl Engine {
         let hurry = CancellationToken::new();
         let stop = hurry.clone();
         let task = tokio::spawn(async move {
-            let mut entries = acted::entries(acted, &store, &ring);
             let mut results = Vec::with_capacity(checkpoints.len());
             for (shard, mut checkpoint) in checkpoints {
                 if stop.is_cancelled() {
                     break;
                 }
-                let result = checkpoint.save(&entries.remove(&shard).unwrap_or_default()).await;
+                let entries = acted.get(&shard).map(|map| acted::entries(map, shard, &store, &ring));
+                let result = checkpoint.save(&entries.unwrap_or_default()).await;
                 results.push((shard, checkpoint, result));
             }
             results
@@ -247,10 +247,11 @@ impl Engine {
 
     /// Save the checkpoints of `shards`, a few at once; false if any save failed.
     async fn save_shards(&mut self, shards: BTreeSet<u32>) -> bool {
-        let mut entries = acted::entries(self.acted.copies(&shards), &self.store, &self.config.ring);
+        let acted = self.acted.copies(&shards);
+        let (store, ring) = (&self.store, &self.config.ring);
         let saves = self.checkpoints.iter_mut().filter_map(|(&shard, checkpoint)| {
-            let entries = entries.remove(&shard)?;
-            Some(async move { (shard, checkpoint.save(&entries).await) })
+            let map = acted.get(&shard)?;
+            Some(async move { (shard, checkpoint.save(&acted::entries(map, shard, store, ring)).await) })
         });
         let mut ok = true;
         // A few at once: each concurrent request is a connection of its own (HTTP/1.1).
