@@ -18,6 +18,12 @@ use tokio::sync::{mpsc, watch as latest};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+/// jemalloc gives freed pages back to the system on its own (after ten seconds): under glibc's
+/// allocator what the first lists freed stayed resident, 14 MiB at 10,000 namespaces (RSS 77.8
+/// against 63.2 MiB). mimalloc, tried too, held 91 MiB.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// How many changes may wait between the watches and the engine.
 const CHANGE_QUEUE: usize = 1024;
 /// Stored objects waiting for the annotation lint; beyond it a message is dropped (the lint
