@@ -45,15 +45,22 @@ struct KeySet(Vec<WorkloadKey>);
 impl KeySet {
     fn insert(&mut self, key: WorkloadKey) {
         if let Err(i) = self.0.binary_search(&key) {
+            // Exact growth while small: a first push would reserve room for four keys.
+            if self.0.len() < 8 {
+                self.0.reserve_exact(1);
+            }
             self.0.insert(i, key);
         }
     }
 
-    /// Removes `key`; returns whether the set is empty now.
+    /// Removes `key`; returns whether the set is empty now. Room is given back only when
+    /// half of it is unused: an update of a workload removes and inserts its key again.
     fn remove(&mut self, key: &WorkloadKey) -> bool {
         if let Ok(i) = self.0.binary_search(key) {
             self.0.remove(i);
-            self.0.shrink_to_fit();
+            if self.0.len() <= self.0.capacity() / 2 {
+                self.0.shrink_to_fit();
+            }
         }
         self.0.is_empty()
     }
@@ -193,11 +200,11 @@ impl Writer {
 
     fn insert_resource(&self, mut key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
         let mut inner = self.write();
-        key.namespace = inner.shared(&key.namespace);
-        let namespace = key.namespace.clone();
         if let Some(entry) = inner.resources.get_mut(&key) {
             return Some(std::mem::replace(&mut entry.state, state));
         }
+        key.namespace = inner.shared(&key.namespace);
+        let namespace = key.namespace.clone();
         let baseline = loaded.then_some(state.hash);
         inner.resources.insert(key, Entry { state, baseline });
         inner.count(&namespace, true);
