@@ -189,7 +189,7 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
     let affinity = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
     assert!(affinity["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{affinity}");
     let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
-    assert!(has_rule(metadata, "coordination.k8s.io/leases: list,create,get,update,delete"));
+    assert!(has_rule(metadata, "coordination.k8s.io/leases: list,watch,create,get,update,delete"));
     // Without HA, replicas stay 1 and no HA flag is rendered (Reloader renders --enable-ha for
     // replicas > 1 without the POD_NAME it needs).
     let docs = render("reloader: {deployment: {replicas: 3}}");
