@@ -180,9 +180,14 @@ struct Observed {
     changed_at: Instant,
 }
 
+/// Who holds a Lease; empty when nobody does.
+fn holder_of(lease: &Lease) -> &str {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+}
+
 impl Observed {
     fn holder(&self) -> &str {
-        self.lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+        holder_of(&self.lease)
     }
 
     fn duration(&self) -> Duration {
@@ -214,10 +219,7 @@ fn released_leases(api: Api<Lease>, prefix: &str) -> BoxStream<'static, ()> {
         .default_backoff()
         .filter_map(|event| async move {
             match event {
-                Ok(watcher::Event::Apply(lease)) => {
-                    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("");
-                    holder.is_empty().then_some(())
-                }
+                Ok(watcher::Event::Apply(lease)) => holder_of(&lease).is_empty().then_some(()),
                 Ok(watcher::Event::Delete(_)) => Some(()),
                 Ok(_) => None,
                 Err(err) => {
