@@ -220,7 +220,7 @@ impl Annotations {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.0.iter().map(|(k, v)| (k, v))
+        self.into_iter()
     }
 
     pub fn len(&self) -> usize {
@@ -257,5 +257,27 @@ impl<'a> IntoIterator for &'a Annotations {
 
     fn into_iter(self) -> Self::IntoIter {
         self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(k: &str, v: &str) -> (String, String) {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn annotations_read_like_a_map_sorted_and_a_repeated_key_keeps_its_last_value() {
+        let mut a: Annotations = [pair("b", "1"), pair("a", "2"), pair("b", "3")].into_iter().collect();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a.get("b").map(String::as_str), Some("3"));
+        assert!(a.contains_key("a") && !a.contains_key("c"));
+        a.insert("c".into(), "4".into());
+        a.insert("a".into(), "5".into());
+        let all: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(all, vec![("a", "5"), ("b", "3"), ("c", "4")]);
+        assert_eq!(a.keys().cloned().collect::<Vec<_>>(), vec!["a", "b", "c"]);
     }
 }
