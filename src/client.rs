@@ -29,12 +29,17 @@ use kube::client::{Body, ConfigExt};
 use prometheus::IntCounter;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
-/// Requests open at once on one HTTP/2 connection, at most: below the 100 streams
-/// kube-apiserver allows on one unless `--http2-max-streams-per-connection` says otherwise, so a
-/// request never waits, unsent and silent (hyper holds it), for a stream that a watch holds for
-/// good. Measured: with 200 a connection, namespace-scoped watches at 2,000 namespaces got half
-/// their events.
+/// Requests open at once on one HTTP/2 connection, at most, when the server's own limit could
+/// not be read: below the 100 streams kube-apiserver allows on one unless
+/// `--http2-max-streams-per-connection` says otherwise. A request past the server's limit waits,
+/// unsent and silent (hyper holds it), for a stream that a watch holds for good. Measured: with
+/// 200 a connection, namespace-scoped watches at 2,000 namespaces got half their events.
 pub const STREAMS_PER_CONNECTION: usize = 90;
+/// Streams left unused below the server's limit: a stream closed here is counted free a moment
+/// before the server (and h2) count it closed.
+const STREAMS_SPARE: usize = 10;
+/// How long reading the server's stream limit may take before the default is used.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
 /// before the connection (and every watch on it) is dropped and opened again.
 const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
@@ -48,6 +53,8 @@ pub struct Settings {
     pub rate: Option<(f64, u32)>,
     /// Counters of the response body bytes of watches and of other requests.
     pub response_bytes: ResponseBytes,
+    /// Set to the requests kept open on one connection.
+    pub streams_per_connection: prometheus::IntGauge,
 }
 
 /// Response body bytes received, by watches and by other requests.
@@ -58,11 +65,12 @@ pub struct ResponseBytes {
 }
 
 /// A client over `config`, with `outer` around everything (it sees each request once, before
-/// kube's retries).
+/// kube's retries). Each connection carries as many requests as the API server allows on one
+/// (read from it first, see [`server_stream_limit`]).
 ///
 /// # Errors
 /// When the TLS or auth settings of `config` cannot be used.
-pub fn build<L>(config: &kube::Config, settings: Settings, outer: L) -> anyhow::Result<kube::Client>
+pub async fn build<L>(config: &kube::Config, settings: Settings, outer: L) -> anyhow::Result<kube::Client>
 where
     L: Layer<tower::util::BoxService<Request<Body>, Response<Counted>, BoxError>>,
     L::Service: Service<Request<Body>, Response = Response<Counted>, Error = BoxError> + Send + 'static,
@@ -77,6 +85,9 @@ where
     http.set_nodelay(true);
     http.set_connect_timeout(config.connect_timeout);
     let https = hyper_rustls::HttpsConnector::from((http, Arc::new(tls)));
+    let per_connection =
+        if settings.http2 { streams_per_connection(&https, &config.cluster_url).await } else { STREAMS_PER_CONNECTION };
+    settings.streams_per_connection.set(i64::try_from(per_connection).unwrap_or(i64::MAX));
     let make: MakeClient = Arc::new(move || {
         HyperClient::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -86,8 +97,8 @@ where
             .build(https.clone())
     });
     let connections = Connections(Arc::new(Slots {
-        watches: Pool::new(make.clone()),
-        requests: Pool::new(make),
+        watches: Pool::new(make.clone(), per_connection),
+        requests: Pool::new(make, per_connection),
         limiter: settings.rate.map(|(qps, burst)| Limiter::new(qps, burst)),
         bytes: settings.response_bytes,
     }));
@@ -104,7 +115,59 @@ where
     Ok(kube::Client::new(service, config.default_namespace.clone()))
 }
 
-type Hyper = HyperClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+type Hyper = HyperClient<Https, Body>;
+
+/// Requests to keep open on one connection: the server's limit less [`STREAMS_SPARE`], or
+/// [`STREAMS_PER_CONNECTION`] when it cannot be read.
+async fn streams_per_connection(https: &Https, server: &http::Uri) -> usize {
+    match tokio::time::timeout(PROBE_TIMEOUT, server_stream_limit(https, server)).await {
+        Ok(Ok(Some(limit))) => {
+            let usable = limit.saturating_sub(STREAMS_SPARE).max(1);
+            tracing::info!(server_limit = limit, used = usable, "HTTP/2 streams per connection");
+            usable
+        }
+        // HTTP/1.1: a slot's pool opens a connection per request in flight anyway.
+        Ok(Ok(None)) => STREAMS_PER_CONNECTION,
+        Ok(Err(err)) => {
+            tracing::warn!(error = %format!("{err:#}"), default = STREAMS_PER_CONNECTION,
+                "cannot read the API server's HTTP/2 stream limit; using the default");
+            STREAMS_PER_CONNECTION
+        }
+        Err(_) => {
+            tracing::warn!(
+                default = STREAMS_PER_CONNECTION,
+                "the API server's HTTP/2 stream limit was not read within 5 s; using the default"
+            );
+            STREAMS_PER_CONNECTION
+        }
+    }
+}
+
+/// The streams the API server lets one HTTP/2 connection open (its
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`), read on a connection of its own, as hyper keeps the
+/// value to itself; `None` when the server does not speak HTTP/2 to us.
+async fn server_stream_limit(https: &Https, server: &http::Uri) -> anyhow::Result<Option<usize>> {
+    use hyper_util::client::legacy::connect::Connection as _;
+    let stream = https.clone().call(server.clone()).await.map_err(|e| anyhow::anyhow!(e)).context("connecting")?;
+    if !stream.connected().is_negotiated_h2() {
+        return Ok(None);
+    }
+    let (_requests, mut connection) =
+        h2::client::handshake(hyper_util::rt::TokioIo::new(stream)).await.context("HTTP/2 handshake")?;
+    let mut pings = connection.ping_pong().context("HTTP/2 pings taken")?;
+    // The server's SETTINGS come first; two ping round trips later they are applied.
+    for _ in 0..2 {
+        tokio::select! {
+            ended = &mut connection => {
+                ended.context("HTTP/2 connection")?;
+                anyhow::bail!("the API server closed the connection");
+            }
+            pong = pings.ping(h2::Ping::opaque()) => { pong.context("HTTP/2 ping")?; }
+        }
+    }
+    Ok(Some(connection.max_concurrent_send_streams()))
+}
 type MakeClient = Arc<dyn Fn() -> Hyper + Send + Sync>;
 
 /// Watches on connections of their own, other requests on others, so that a write never
@@ -117,15 +180,16 @@ struct Slots {
 }
 
 /// Connection slots, one hyper client each (one HTTP/2 connection, or an HTTP/1.1 pool), with
-/// the requests each has open; a slot is added when every slot is full.
+/// the requests each has open; a slot is added when every slot has `per_connection` open.
 struct Pool {
     make: MakeClient,
+    per_connection: usize,
     slots: std::sync::RwLock<Vec<(Hyper, Arc<AtomicUsize>)>>,
 }
 
 impl Pool {
-    fn new(make: MakeClient) -> Pool {
-        Pool { make, slots: std::sync::RwLock::new(Vec::new()) }
+    fn new(make: MakeClient, per_connection: usize) -> Pool {
+        Pool { make, per_connection, slots: std::sync::RwLock::new(Vec::new()) }
     }
 
     /// The first slot below the stream limit (so a few connections fill up before another
@@ -134,7 +198,7 @@ impl Pool {
         let free = |slots: &[(Hyper, Arc<AtomicUsize>)]| {
             slots
                 .iter()
-                .find(|(_, open)| open.load(Ordering::Relaxed) < STREAMS_PER_CONNECTION)
+                .find(|(_, open)| open.load(Ordering::Relaxed) < self.per_connection)
                 .map(|(client, open)| (client.clone(), Open::new(open.clone())))
         };
         if let Some(found) = free(&self.slots.read().unwrap_or_else(std::sync::PoisonError::into_inner)) {

@@ -133,8 +133,10 @@ async fn main() -> anyhow::Result<()> {
             watches: api_calls.response_bytes(true),
             others: api_calls.response_bytes(false),
         },
+        streams_per_connection: api_calls.streams_per_connection(),
     };
-    let client = client::build(&kube_config, client_settings, outer).context("cannot build a Kubernetes client")?;
+    let client =
+        client::build(&kube_config, client_settings, outer).await.context("cannot build a Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
     let ring = Arc::new(

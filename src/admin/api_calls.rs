@@ -2,17 +2,19 @@
 //! GET per change" is something a test and an operator can check.
 
 use http::{Method, Request};
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use tower::util::MapRequestLayer;
 
 /// `reloader_api_requests_total{verb, resource}`; verbs are Kubernetes verbs (get, list,
 /// watch, create, update, patch, delete). And `reloader_api_response_bytes_total{request}`:
 /// the body bytes received, for watches and for other requests, so that what server-side
-/// sharding saves each replica can be read off.
+/// sharding saves each replica can be read off. And `reloader_api_streams_per_connection`: the
+/// requests the client keeps open on one HTTP/2 connection (the server's limit, less a few).
 #[derive(Clone)]
 pub struct ApiCalls {
     requests: IntCounterVec,
     response_bytes: IntCounterVec,
+    streams_per_connection: IntGauge,
 }
 
 impl ApiCalls {
@@ -29,7 +31,17 @@ impl ApiCalls {
             &["request"],
         )?;
         registry.register(Box::new(response_bytes.clone()))?;
-        Ok(ApiCalls { requests, response_bytes })
+        let streams_per_connection = IntGauge::new(
+            "reloader_api_streams_per_connection",
+            "Requests kept open on one HTTP/2 connection to the Kubernetes API, at most",
+        )?;
+        registry.register(Box::new(streams_per_connection.clone()))?;
+        Ok(ApiCalls { requests, response_bytes, streams_per_connection })
+    }
+
+    /// The gauge of requests kept open on one connection (set once the client is built).
+    pub fn streams_per_connection(&self) -> IntGauge {
+        self.streams_per_connection.clone()
     }
 
     /// The counter of response body bytes of watches (`watch`) or of other requests.
