@@ -35,6 +35,7 @@ use crate::watch::{
 };
 
 mod csi_events;
+mod list_watch;
 mod opening;
 mod standby;
 mod streams;

@@ -11,7 +11,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::{BoxedTagged, Incoming};
+use super::{BoxedTagged, Incoming, list_watch};
 use crate::watch::WorkloadKind;
 use crate::watch::wire::{Compactor, SlimRaw, SlimWorkload};
 
@@ -69,7 +69,7 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    watcher::watcher(api, config).default_backoff()
+    list_watch::watcher(api, config).default_backoff()
 }
 
 pub(super) fn workload_stream<K: SlimWorkload>(
@@ -100,7 +100,7 @@ pub(super) fn raw_workload_stream(
         None => Api::all_with(client.clone(), &resource),
     };
     let compactor = compactor.clone();
-    let stream = watcher::watcher(api, list)
+    let stream = list_watch::watcher(api, list)
         .default_backoff()
         .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
