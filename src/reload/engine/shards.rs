@@ -134,21 +134,24 @@ impl Engine {
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
             info!(shard, "shard let go");
         }
-        for &shard in wanted {
-            if self.checkpoints.contains_key(&shard) {
-                continue;
-            }
-            // Owned now, and said so before acting: a Lease is never released under a shard
-            // being taken up (the lease room withdraws it, then waits for it to leave `active`).
-            if !self.owned.borrow().contains(&shard) {
-                continue;
-            }
-            self.active.send_modify(|a| {
-                a.insert(shard);
-            });
+        // Owned now, and said so before acting: a Lease is never released under a shard being
+        // taken up (the lease room withdraws it, then waits for it to leave `active`).
+        let owned = self.owned.borrow().clone();
+        let taking: Vec<u32> =
+            wanted.iter().copied().filter(|s| !self.checkpoints.contains_key(s) && owned.contains(s)).collect();
+        self.active.send_modify(|a| a.extend(taking.iter().copied()));
+        // The checkpoints of a handoff's shards are read at once, none waiting for another's.
+        let loads = futures::future::join_all(taking.into_iter().map(|shard| {
             let mut checkpoint =
                 Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
-            let loaded = match checkpoint.load().await {
+            async move {
+                let loaded = checkpoint.load().await;
+                (shard, checkpoint, loaded)
+            }
+        }))
+        .await;
+        for (shard, checkpoint, loaded) in loads {
+            let loaded = match loaded {
                 Ok(loaded) => loaded,
                 Err(err) => {
                     self.metrics.errors.with_label_values(&["checkpoint"]).inc();

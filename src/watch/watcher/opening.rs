@@ -19,8 +19,11 @@ use crate::watch::wire::{
 };
 
 /// Groups of gained-shard watches at most; one more restarts every watch with the held shards
-/// (one set again).
-const MAX_GROUPS: usize = 4;
+/// (one set again), and every held shard waits for that relist. A group is a watch per kind,
+/// multiplexed on the HTTP/2 connections: a replica that gained shards one at a time while a
+/// fleet formed had used 4 groups up, and its next gain, at a handoff, relisted 8 shards in
+/// 0.7 s instead of listing 2.
+const MAX_GROUPS: usize = 16;
 
 /// The watch configs of one set of streams.
 struct Configs {
