@@ -257,7 +257,8 @@ impl Engine {
             Some(async move { (shard, checkpoint.save(&acted::entries(map, shard, store, ring)).await) })
         });
         let mut ok = true;
-        // A few at once: each concurrent request is a connection of its own (HTTP/1.1).
+        // A few at once: checkpoints of up to 1 MiB each, written together, hold up the API
+        // server (and, over HTTP/1.1, each is a connection of its own).
         let mut pending: Vec<_> = saves.collect();
         let mut results = Vec::with_capacity(pending.len());
         while !pending.is_empty() {
