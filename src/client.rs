@@ -137,7 +137,8 @@ async fn streams_per_connection(https: &Https, server: &http::Uri) -> usize {
         Err(_) => {
             tracing::warn!(
                 default = STREAMS_PER_CONNECTION,
-                "the API server's HTTP/2 stream limit was not read within 5 s; using the default"
+                within = ?PROBE_TIMEOUT,
+                "the API server's HTTP/2 stream limit was not read in time; using the default"
             );
             STREAMS_PER_CONNECTION
         }
@@ -168,6 +169,7 @@ async fn server_stream_limit(https: &Https, server: &http::Uri) -> anyhow::Resul
     }
     Ok(Some(connection.max_concurrent_send_streams()))
 }
+
 type MakeClient = Arc<dyn Fn() -> Hyper + Send + Sync>;
 
 /// Watches on connections of their own, other requests on others, so that a write never
