@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
-use crate::reload::events::Events;
+use crate::reload::events::{Events, WritesOut};
 use crate::reload::strategy::{self, Item, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
@@ -158,6 +158,7 @@ pub async fn run(
     let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
     let acted = Acted::new(config.ring.clone());
     let config_writes = config.max_concurrent_writes;
+    let writes_out = WritesOut::new();
     let mut engine = Engine {
         rules,
         client,
@@ -165,7 +166,7 @@ pub async fn run(
         config,
         store,
         metrics,
-        events: Events::new(recorder),
+        events: Events::new(recorder, writes_out.clone()),
         acted,
         overlay: HashMap::new(),
         reported: HashSet::new(),
@@ -180,7 +181,7 @@ pub async fn run(
         deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
         queue: VecDeque::new(),
-        pipeline: Pipeline::new(config_writes),
+        pipeline: Pipeline::new(config_writes, writes_out),
         saving: None,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;

@@ -1,28 +1,60 @@
 //! Events are best effort, as in Reloader: posted in the background, a few at once, so that
-//! neither the engine nor the lint ever waits for one.
+//! neither the engine nor the lint ever waits for one. They also yield to reload writes: a post
+//! waits (up to [`EVENT_PATIENCE`]) for a moment with no write out, so that the Events of one
+//! fan-out do not slow the PATCHes of the next on a busy API server.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tracing::debug;
 
 use crate::reload::engine::API_TIMEOUT;
 
 /// Events sent at once; more wait their turn in the background.
 pub(crate) const EVENT_POSTS: usize = 8;
+/// The longest an Event waits for the reload writes to pause, from when it was made.
+const EVENT_PATIENCE: Duration = Duration::from_secs(5);
+
+/// How many reload writes are out; Events wait for none. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct WritesOut(Arc<watch::Sender<usize>>);
+
+impl WritesOut {
+    pub(crate) fn new() -> Self {
+        WritesOut(Arc::new(watch::Sender::new(0)))
+    }
+
+    /// Count a write as out until the guard is dropped.
+    pub(crate) fn enter(&self) -> WriteOut {
+        self.0.send_modify(|n| *n += 1);
+        WriteOut(self.0.clone())
+    }
+}
+
+/// One write out (see [`WritesOut::enter`]).
+pub(crate) struct WriteOut(Arc<watch::Sender<usize>>);
+
+impl Drop for WriteOut {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
 
 /// Posts Events on objects, at most [`EVENT_POSTS`] at once. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Events {
     recorder: Recorder,
     permits: Arc<Semaphore>,
+    writes: WritesOut,
 }
 
 impl Events {
-    pub(crate) fn new(recorder: Recorder) -> Self {
-        Events { recorder, permits: Arc::new(Semaphore::new(EVENT_POSTS)) }
+    /// Events that yield to the writes counted by `writes`.
+    pub(crate) fn new(recorder: Recorder, writes: WritesOut) -> Self {
+        Events { recorder, permits: Arc::new(Semaphore::new(EVENT_POSTS)), writes }
     }
 
     /// Post in the background; failures are logged at debug level.
@@ -36,8 +68,13 @@ impl Events {
             secondary: None,
         };
         let (recorder, permits) = (self.recorder.clone(), self.permits.clone());
+        let mut writes = self.writes.0.subscribe();
+        // From now, so that under steady writes Events are late, not piled up.
+        let due = tokio::time::Instant::now() + EVENT_PATIENCE;
         tokio::spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else { return };
+            // Never closed while this task holds a receiver of it; when due it posts anyway.
+            let _ = tokio::time::timeout_at(due, writes.wait_for(|out| *out == 0)).await;
             let name = regarding.name.clone().unwrap_or_default();
             match tokio::time::timeout(API_TIMEOUT, recorder.publish(&event, &regarding)).await {
                 Ok(Ok(())) => {}
@@ -45,5 +82,23 @@ impl Events {
                 Err(_) => debug!(object = %name, "publishing an Event timed out"),
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_out_count_until_their_guards_drop() {
+        let out = WritesOut::new();
+        let mut seen = out.0.subscribe();
+        let (first, second) = (out.enter(), out.enter());
+        assert_eq!(*seen.borrow_and_update(), 2);
+        drop(first);
+        assert_eq!(*seen.borrow_and_update(), 1);
+        drop(second);
+        let idle = tokio::time::timeout(Duration::from_secs(5), seen.wait_for(|n| *n == 0)).await;
+        assert!(idle.is_ok_and(|r| r.is_ok()), "the count goes back to 0 when every write is back");
     }
 }

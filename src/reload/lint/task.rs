@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::reload::Keys;
 use crate::reload::engine::workload_reference;
-use crate::reload::events::Events;
+use crate::reload::events::{Events, WritesOut};
 use crate::reload::lint::{self, Finding};
 use crate::watch::{ResourceKey, ResourceKind, Store, WorkloadKey};
 
@@ -91,7 +91,7 @@ pub async fn run(
         keys,
         store,
         watched,
-        events: Events::new(Recorder::new(client, reporter)),
+        events: Events::new(Recorder::new(client, reporter), WritesOut::new()),
         metrics,
         reported: HashMap::new(),
         missing: HashSet::new(),
