@@ -6,9 +6,13 @@ mod support;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::DeleteParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use reloader_fleet::lease::{LEAVING_ANNOTATION, ROLE_LABEL, WARM_ANNOTATION};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
@@ -339,6 +343,113 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
         println!("after the handoff: {started} watches started, {kept} kept");
         assert_eq!(started, all - kept, "only the gained namespaces' watches start");
         update_all(&client, &namespaces, "2").await;
+        a.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+/// Every Lease of a fleet's home namespace as a watch saw it, in order.
+struct LeaseTimeline {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Lease>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseTimeline {
+    fn start(client: &kube::Client, home: &str) -> Self {
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<Lease>>> = Default::default();
+        let api: Api<Lease> = Api::namespaced(client.clone(), home);
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                let mut events = watcher(api, watcher::Config::default()).applied_objects().boxed();
+                while let Some(Ok(lease)) = events.next().await {
+                    seen.lock().expect("timeline lock").push(lease);
+                }
+            }
+        });
+        LeaseTimeline { seen, task }
+    }
+
+    /// The position of the first Lease seen that satisfies `check`.
+    fn first(&self, check: impl Fn(&Lease) -> bool) -> Option<usize> {
+        self.seen.lock().expect("timeline lock").iter().position(check)
+    }
+}
+
+fn holder(lease: &Lease) -> &str {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+}
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn shard_of(lease: &Lease) -> Option<u32> {
+    lease.metadata.name.as_deref()?.rsplit_once("-shard-")?.1.parse().ok()
+}
+
+fn is_member(lease: &Lease) -> bool {
+    lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == "member")
+}
+
+/// A replica stopped while its namespaces change keeps serving each of its shards until the
+/// other replica has loaded it: the Leases show it leaving first, then the heir reporting each
+/// shard loaded, and only then the shard released; every change rolls its workload once.
+#[tokio::test]
+async fn a_leaving_replica_hands_each_shard_over_once_its_heir_has_loaded_it() {
+    with_temp_ns("fleet-warm", |client, home| async move {
+        let (label, namespaces) = served_namespaces(&client, &home).await;
+        let kubeconfig = support::kubeconfig_path();
+        let selector = format!("--namespace-selector={label}");
+        let args = [selector.as_str(), "--shard-placement=fnv-ranges"];
+        let (a_name, b_name) = (format!("{home}-a"), format!("{home}-b"));
+        let a = start_with(&home, &a_name, &args, &kubeconfig).await;
+        let b = start_with(&home, &b_name, &args, &kubeconfig).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        update_all(&client, &namespaces, "1").await;
+
+        let timeline = LeaseTimeline::start(&client, &home);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &home);
+        let b_shards: Vec<u32> = leases
+            .list(&Default::default())
+            .await
+            .expect("list Leases")
+            .items
+            .iter()
+            .filter(|l| !is_member(l) && holder(l) == b_name)
+            .filter_map(shard_of)
+            .collect();
+        assert!(!b_shards.is_empty(), "b holds shards");
+        wait_for("the timeline to have listed the Leases", || async {
+            timeline.first(|l| !is_member(l) && holder(l) == b_name).map(|_| ())
+        })
+        .await;
+        tokio::join!(b.stop(), update_all(&client, &namespaces, "2"));
+        wait_for("a to hold every shard", || async {
+            (a.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+
+        let leaving = timeline
+            .first(|l| is_member(l) && holder(l) == b_name && annotation(l, LEAVING_ANNOTATION) == Some("true"))
+            .expect("b's membership Lease says it is leaving");
+        for shard in b_shards {
+            let warm = timeline
+                .first(|l| {
+                    is_member(l)
+                        && holder(l) == a_name
+                        && annotation(l, WARM_ANNOTATION).is_some_and(|w| w.split(',').any(|s| s == shard.to_string()))
+                })
+                .unwrap_or_else(|| panic!("a never reported shard {shard} loaded"));
+            let released = timeline
+                .first(|l| shard_of(l) == Some(shard) && holder(l) != b_name)
+                .unwrap_or_else(|| panic!("b never let go of shard {shard}"));
+            assert!(leaving < warm, "a warmed shard {shard} before b said it was leaving");
+            assert!(warm < released, "b let go of shard {shard} before a had loaded it");
+        }
+        timeline.task.abort();
+        update_all(&client, &namespaces, "3").await;
         a.stop().await;
         delete_namespaces(&client, &namespaces).await;
     })

@@ -50,7 +50,7 @@ fn start(client: &Client, ns: &str, identity: &str) -> Replica {
 fn spawn(client: &Client, config: lease::Config, working: Option<watch::Receiver<BTreeSet<u32>>>) -> Replica {
     let stop = CancellationToken::new();
     let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
-    let (ownership, task) = lease::spawn(client.clone(), config, working, metrics, stop.clone());
+    let (ownership, task) = lease::spawn(client.clone(), config, working, None, metrics, stop.clone());
     Replica { ownership, task, stop }
 }
 
@@ -352,7 +352,7 @@ async fn reloaders_own_lock_is_respected_until_it_expires_then_adopted() {
         let stop = CancellationToken::new();
         let config = lease::Config { prefix: "stakater-reloader-lock".into(), shards: 1, ..config(&ns, "replica-new") };
         let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
-        let (ownership, task) = lease::spawn(client.clone(), config, None, metrics, stop.clone());
+        let (ownership, task) = lease::spawn(client.clone(), config, None, None, metrics, stop.clone());
         let started = Instant::now();
         let mut respected = true;
         while started.elapsed() < Duration::from_secs(2) {

@@ -32,12 +32,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -46,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::lease::assignment::assign;
+use crate::lease::handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION, format_shards, is_leaving, lease_events, warm_of};
 
 /// Label on every Lease of a fleet; the value is the fleet's lease name prefix.
 pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
@@ -164,6 +163,9 @@ pub struct Ownership {
     pub members: Vec<String>,
     /// The ring of a live replica this one gives way to (it then holds nothing).
     pub yielding_to: Option<String>,
+    /// Shards this replica is to get that another live replica still holds: to watch now, so
+    /// that they are loaded when their holder hands them over (see [`crate::lease::handoff`]).
+    pub warming: BTreeSet<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +183,7 @@ struct Observed {
 }
 
 /// Who holds a Lease; empty when nobody does.
-fn holder_of(lease: &Lease) -> &str {
+pub(super) fn holder_of(lease: &Lease) -> &str {
     lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
 }
 
@@ -209,28 +211,6 @@ impl Observed {
     }
 }
 
-/// A `()` each time a watch of the fleet's Leases sees one given back or deleted (a replica
-/// leaving): the survivors' next round need not wait for the next look, up to 0.5 s away. The
-/// look stays what decides; where RBAC does not allow watching Leases (an install from before
-/// the fleet's RBAC had `watch`) this stream only logs at debug and the look is all there is.
-fn released_leases(api: Api<Lease>, prefix: &str) -> BoxStream<'static, ()> {
-    let config = watcher::Config::default().labels(&format!("{FLEET_LABEL}={prefix}"));
-    watcher(api, config)
-        .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Apply(lease)) => holder_of(&lease).is_empty().then_some(()),
-                Ok(watcher::Event::Delete(_)) => Some(()),
-                Ok(_) => None,
-                Err(err) => {
-                    debug!(error = %err, "watching the fleet's Leases failed; looking every 0.5 s instead");
-                    None
-                }
-            }
-        })
-        .boxed()
-}
-
 /// Start the lease task. It runs until `shutdown`, then stops acting, releases its Leases
 /// and deletes its membership Lease.
 ///
@@ -240,10 +220,17 @@ fn released_leases(api: Api<Lease>, prefix: &str) -> BoxStream<'static, ()> {
 /// withdrawn from [`Ownership::held`], kept renewed until it leaves `working` (its checkpoint
 /// is saved) or the renew deadline passes, and only then released (drain -> checkpoint ->
 /// release). `None` releases one round after the withdrawal.
+///
+/// `loaded` is the set of shards the watches have loaded. With it this replica warms what it
+/// is to get ([`Ownership::warming`]) and reports it loaded in its membership Lease; its
+/// holder hands it over then. At `shutdown` (with `release_on_cancel`) the replica first
+/// leaves: it keeps acting on its shards until their heirs report them loaded (or the renew
+/// deadline passes), releasing each once its heir has it.
 pub fn spawn(
     client: Client,
     config: Config,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
+    loaded: Option<watch::Receiver<Option<BTreeSet<u32>>>>,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> (watch::Receiver<Ownership>, JoinHandle<Result<(), Error>>) {
@@ -256,10 +243,15 @@ pub fn spawn(
         last_ok_send: Arc::default(),
         draining: HashMap::new(),
         working,
+        loaded,
         metrics,
         adopted: HashMap::new(),
         member_renewed: None,
+        member_written: None,
         yielding_to: None,
+        leaving: None,
+        warming: BTreeSet::new(),
+        heir_waits: HashMap::new(),
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -274,13 +266,23 @@ struct Manager {
     /// Shards withdrawn from `held` and waiting for the engine to let go, since when.
     draining: HashMap<u32, Instant>,
     working: Option<watch::Receiver<BTreeSet<u32>>>,
+    /// The shards the watches have loaded; `None`: this replica does not warm or report.
+    loaded: Option<watch::Receiver<Option<BTreeSet<u32>>>>,
     metrics: Metrics,
     /// Leases without our labels (Reloader's lock), observed by GET until we write them.
     adopted: HashMap<String, Observed>,
     /// When the membership Lease was last renewed.
     member_renewed: Option<Instant>,
+    /// The handoff annotations the membership Lease was last written with.
+    member_written: Option<BTreeMap<String, String>>,
     /// The other ring this replica currently gives way to, if any.
     yielding_to: Option<String>,
+    /// Since when this replica has been leaving (shutdown, handing its shards over).
+    leaving: Option<Instant>,
+    /// See [`Ownership::warming`].
+    warming: BTreeSet<u32>,
+    /// Shards to hand over whose heir has not reported them loaded yet, since when.
+    heir_waits: HashMap<u32, Instant>,
 }
 
 impl Manager {
@@ -298,16 +300,25 @@ impl Manager {
         // at once when the watch of the fleet's Leases sees it released.
         let mut tick = tokio::time::interval(self.config.retry_period.min(OBSERVE_PERIOD));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut released = released_leases(self.api.clone(), &self.config.prefix);
+        let mut events = lease_events(self.api.clone(), &self.config.prefix);
         loop {
+            let draining = !self.draining.is_empty();
             tokio::select! {
                 biased;
-                () = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-                Some(()) = released.next() => {
-                    // A replica leaving gives back all its Leases at once: one round for them.
-                    while let Some(Some(())) = released.next().now_or_never() {}
+                () = shutdown.cancelled(), if self.leaving.is_none() => {
+                    if !self.config.release_on_cancel {
+                        break;
+                    }
+                    info!("leaving: handing each shard over once its next holder has loaded it");
+                    self.leaving = Some(Instant::now());
                 }
+                _ = tick.tick() => {}
+                Some(()) = events.next() => {
+                    // A replica leaving gives back all its Leases at once: one round for them.
+                    while let Some(Some(())) = events.next().now_or_never() {}
+                }
+                Some(()) = changed(self.loaded.as_mut()) => {}
+                Some(()) = changed(self.working.as_mut()), if draining => {}
             }
             // However long a round takes under load, the fence task withdraws shards on time.
             self.round().await;
@@ -318,10 +329,18 @@ impl Manager {
             tx.send_if_modified(|current| {
                 let changed = current.held != ownership.held
                     || current.members != ownership.members
-                    || current.yielding_to != ownership.yielding_to;
+                    || current.yielding_to != ownership.yielding_to
+                    || current.warming != ownership.warming;
                 *current = ownership;
                 changed
             });
+            if let Some(since) = self.leaving {
+                let holding = self.held_on_record().next().is_some();
+                let heirs = !self.placing_members(&self.live_members(Instant::now())).is_empty();
+                if !holding || !heirs || since.elapsed() >= self.config.renew_deadline {
+                    break;
+                }
+            }
         }
         // Stop acting first, let the engine save its checkpoints, then give the Leases back so
         // the next owners take them at once.
@@ -347,8 +366,8 @@ impl Manager {
             warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
             return;
         }
-        self.renew_membership().await;
         let members = self.live_members(Instant::now());
+        let placing = self.placing_members(&members);
         let now = Instant::now();
         let holders: Vec<Option<String>> = (0..self.config.shards)
             .map(|shard| {
@@ -368,15 +387,27 @@ impl Manager {
             }
             self.yielding_to = yield_to.clone();
         }
-        let desired: BTreeSet<u32> = match yield_to {
-            Some(_) => BTreeSet::new(),
-            None => assign(self.config.shards, &members, &holder_refs)
-                .into_iter()
-                .enumerate()
-                .filter(|(_, m)| members[*m] == self.config.identity)
-                .map(|(shard, _)| shard as u32)
-                .collect(),
+        let placed: Vec<&str> = match yield_to {
+            Some(_) => Vec::new(),
+            None => {
+                assign(self.config.shards, &placing, &holder_refs).into_iter().map(|m| placing[m].as_str()).collect()
+            }
         };
+        let desired: BTreeSet<u32> = (0..self.config.shards)
+            .filter(|s| placed.get(*s as usize).is_some_and(|m| *m == self.config.identity))
+            .collect();
+        let warming: BTreeSet<u32> = match self.loaded {
+            Some(_) => desired
+                .iter()
+                .filter(|s| holder_refs[**s as usize].is_some_and(|h| h != self.config.identity))
+                .copied()
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        if warming != self.warming {
+            info!(shards = %format_shards(&warming), "warming: loading the shards to take over before their holder hands them over");
+            self.warming = warming;
+        }
         for shard in 0..self.config.shards {
             let name = self.config.shard_lease_name(shard);
             let observed = self.observed.get(&name).cloned();
@@ -385,12 +416,23 @@ impl Manager {
             match (held, wanted) {
                 (true, true) => {
                     self.draining.remove(&shard);
+                    self.heir_waits.remove(&shard);
+                    if self.renewal_due(shard) {
+                        self.write(shard, observed.as_ref(), true).await;
+                    }
+                }
+                // Keep acting on it until the next holder has loaded it.
+                (true, false)
+                    if !self.draining.contains_key(&shard)
+                        && !self.heir_ready(shard, placed.get(shard as usize).copied()) =>
+                {
                     if self.renewal_due(shard) {
                         self.write(shard, observed.as_ref(), true).await;
                     }
                 }
                 (true, false) if self.drained(shard) => {
                     self.draining.remove(&shard);
+                    self.heir_waits.remove(&shard);
                     self.release(shard, observed.as_ref()).await;
                 }
                 // Keep the Lease while the engine finishes with the shard.
@@ -407,6 +449,56 @@ impl Manager {
                 (false, false) => {}
             }
         }
+        self.renew_membership().await;
+    }
+
+    /// Whether a shard to move may be withdrawn: its next holder reported it loaded, does not
+    /// report, or has been waited for the renew deadline.
+    fn heir_ready(&mut self, shard: u32, heir: Option<&str>) -> bool {
+        let Some(heir) = heir else { return true };
+        let lease = self.observed.get(&self.config.member_lease_name(heir));
+        match lease.and_then(|o| warm_of(&o.lease)) {
+            None => true,
+            Some(warm) if warm.contains(&shard) => true,
+            Some(_) => {
+                self.heir_waits.entry(shard).or_insert_with(Instant::now).elapsed() >= self.config.renew_deadline
+            }
+        }
+    }
+
+    /// The members shards are placed on: the live ones that are not leaving.
+    fn placing_members(&self, live: &[String]) -> Vec<String> {
+        live.iter()
+            .filter(|m| {
+                if **m == self.config.identity {
+                    return self.leaving.is_none();
+                }
+                let lease = self.observed.get(&self.config.member_lease_name(m));
+                !lease.is_some_and(|o| is_leaving(&o.lease))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Shards whose Lease names this replica as holder (acting on them or not).
+    fn held_on_record(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.config.shards).filter(|s| {
+            self.observed.get(&self.config.shard_lease_name(*s)).is_some_and(|o| o.holder() == self.config.identity)
+        })
+    }
+
+    /// The membership Lease's handoff annotations: leaving, and the warming shards loaded.
+    fn handoff_annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        if self.leaving.is_some() {
+            annotations.insert(LEAVING_ANNOTATION.to_string(), "true".to_string());
+        }
+        if let Some(loaded) = &self.loaded {
+            let loaded = loaded.borrow().clone().unwrap_or_default();
+            let warm: BTreeSet<u32> = self.warming.intersection(&loaded).copied().collect();
+            annotations.insert(WARM_ANNOTATION.to_string(), format_shards(&warm));
+        }
+        annotations
     }
 
     /// Whether another holder's shard Lease may be taken: expired by its own duration, or, for
@@ -509,16 +601,25 @@ impl Manager {
         members.into_iter().collect()
     }
 
+    /// Renew the membership Lease every retry period, and at once when what it tells the
+    /// others about a handoff changed.
     async fn renew_membership(&mut self) {
-        if self.member_renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
+        let annotations = self.handoff_annotations();
+        let news = self.member_written.as_ref() != Some(&annotations);
+        if !news && self.member_renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
             return;
         }
         let name = self.config.member_lease_name(&self.config.identity);
         let observed = self.observed.get(&name).cloned();
-        let lease = self.lease_record(&name, "member", observed.as_ref(), &self.config.identity, false);
+        let mut lease = self.lease_record(&name, "member", observed.as_ref(), &self.config.identity, false);
+        lease.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
         let sent = Instant::now();
         match self.put(&name, lease, observed.is_some()).await {
-            Ok(_) => self.member_renewed = Some(sent),
+            Ok(written) => {
+                self.member_renewed = Some(sent);
+                self.member_written = Some(annotations);
+                self.observed.insert(name, Observed { lease: written, changed_at: sent });
+            }
             Err(err) => debug!(error = %err, "renewing the membership lease failed"),
         }
     }
@@ -556,21 +657,31 @@ impl Manager {
 
     async fn release(&mut self, shard: u32, observed: Option<&Observed>) {
         lock(&self.last_ok_send).remove(&shard);
-        if let Some(observed) = observed {
-            self.put_release(shard, observed).await;
+        if let Some(observed) = observed
+            && let Some(released) = self.put_release(shard, observed).await
+        {
+            // Not ours on record any more: a leaving replica stops when it holds nothing.
+            let name = self.config.shard_lease_name(shard);
+            self.observed.insert(name, Observed { lease: released, changed_at: Instant::now() });
         }
     }
 
     /// Write the Lease as free, as client-go does on release: no holder, 1 s duration.
-    async fn put_release(&self, shard: u32, observed: &Observed) {
+    async fn put_release(&self, shard: u32, observed: &Observed) -> Option<Lease> {
         let name = self.config.shard_lease_name(shard);
         let mut lease = observed.lease.clone();
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = Some(String::new());
         spec.lease_duration_seconds = Some(1);
         match self.put(&name, lease, true).await {
-            Ok(_) => info!(shard, lease = %name, "shard lease released"),
-            Err(err) => warn!(shard, error = %err, "releasing a shard lease failed; it will expire instead"),
+            Ok(released) => {
+                info!(shard, lease = %name, "shard lease released");
+                Some(released)
+            }
+            Err(err) => {
+                warn!(shard, error = %err, "releasing a shard lease failed; it will expire instead");
+                None
+            }
         }
     }
 
@@ -667,7 +778,7 @@ impl Manager {
                 observed.map(|o| now.saturating_duration_since(o.changed_at).as_secs()).unwrap_or(0);
             shards.push(ShardStatus { shard, holder, state, observed_age_secs });
         }
-        Ownership { held, shards, members, yielding_to: self.yielding_to.clone() }
+        Ownership { held, shards, members, yielding_to: self.yielding_to.clone(), warming: self.warming.clone() }
     }
 }
 
@@ -709,12 +820,20 @@ async fn fence(
     }
 }
 
+/// The next change of an optional receiver (pending forever without one, or once closed).
+async fn changed<T>(receiver: Option<&mut watch::Receiver<T>>) -> Option<()> {
+    match receiver {
+        Some(receiver) => receiver.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
 /// Lock a mutex that is only held for map operations (a panic cannot leave it inconsistent).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn is_role(lease: &Lease, role: &str) -> bool {
+pub(super) fn is_role(lease: &Lease, role: &str) -> bool {
     lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == role)
 }
 

@@ -7,9 +7,11 @@
 //! renewed in time.
 
 mod assignment;
+mod handoff;
 mod manager;
 
 pub use assignment::assign;
+pub use handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION};
 pub use manager::{
     Config, Error, FLEET_LABEL, Metrics, Ownership, RING_ANNOTATION, ROLE_LABEL, ShardState, ShardStatus, spawn,
 };

@@ -1,0 +1,93 @@
+//! Warm handoff: a shard changes hands only once its next holder has loaded it, so a rolling
+//! restart or a scale-up leaves no shard unserved while the heir lists what it gains.
+//!
+//! ```text
+//!  leaver (SIGTERM): its membership Lease says leaving=true ─▶ the others place shards without it
+//!  heir:   watches the shards it is to get ("warming") ─▶ its membership Lease says warm=<loaded>
+//!  holder: withdraws a shard once its heir's `warm` lists it (or after the renew deadline)
+//!          ─▶ drain, checkpoint, release ─▶ the heir acquires it and acts at once
+//! ```
+//! A member whose Lease has no `warm` annotation does not report (an older version, or
+//! namespace-scoped watches, where warming would open every gained namespace's watches twice
+//! over at once) and is not waited for.
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tracing::debug;
+
+use super::manager::{FLEET_LABEL, holder_of, is_role};
+
+/// On a membership Lease: the replica is leaving; place shards without it.
+pub const LEAVING_ANNOTATION: &str = "reloader-fleet.stakater.com/leaving";
+/// On a membership Lease: the shards this replica is to get and has loaded (comma-separated,
+/// maybe empty). Present when the replica reports them.
+pub const WARM_ANNOTATION: &str = "reloader-fleet.stakater.com/warm";
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Whether a membership Lease says its replica is leaving.
+pub(super) fn is_leaving(lease: &Lease) -> bool {
+    annotation(lease, LEAVING_ANNOTATION) == Some("true")
+}
+
+/// The shards a membership Lease reports loaded; `None` when its replica does not report.
+pub(super) fn warm_of(lease: &Lease) -> Option<BTreeSet<u32>> {
+    annotation(lease, WARM_ANNOTATION).map(parse_shards)
+}
+
+pub(super) fn format_shards(shards: &BTreeSet<u32>) -> String {
+    shards.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Shards written by [`format_shards`]; anything else in the list is ignored.
+fn parse_shards(text: &str) -> BTreeSet<u32> {
+    text.split(',').filter_map(|s| s.trim().parse().ok()).collect()
+}
+
+/// A `()` each time a watch of the fleet's Leases sees what a round should act on at once: a
+/// shard Lease given back, a Lease deleted (a replica gone), or a membership Lease that leaves
+/// or reports loaded shards (a handoff in progress). The survivors' next round need not wait
+/// for the next look, up to 0.5 s away. The look stays what decides; where RBAC does not allow
+/// watching Leases (an install from before the fleet's RBAC had `watch`) this stream only logs
+/// at debug and the look is all there is.
+pub(super) fn lease_events(api: Api<Lease>, prefix: &str) -> BoxStream<'static, ()> {
+    let config = watcher::Config::default().labels(&format!("{FLEET_LABEL}={prefix}"));
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(lease)) if is_role(&lease, "member") => {
+                    (is_leaving(&lease) || warm_of(&lease).is_some_and(|w| !w.is_empty())).then_some(())
+                }
+                Ok(watcher::Event::Apply(lease)) => holder_of(&lease).is_empty().then_some(()),
+                Ok(watcher::Event::Delete(_)) => Some(()),
+                Ok(_) => None,
+                Err(err) => {
+                    debug!(error = %err, "watching the fleet's Leases failed; looking every 0.5 s instead");
+                    None
+                }
+            }
+        })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_lists_round_trip_and_ignore_junk() {
+        let shards = BTreeSet::from([0, 3, 15]);
+        assert_eq!(format_shards(&shards), "0,3,15");
+        assert_eq!(parse_shards(&format_shards(&shards)), shards);
+        assert_eq!(parse_shards(""), BTreeSet::new());
+        assert_eq!(parse_shards("2, x,-1,7"), BTreeSet::from([2, 7]));
+    }
+}
