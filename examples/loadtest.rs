@@ -116,8 +116,7 @@ async fn main() -> anyhow::Result<()> {
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let before: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
     let all_updates = run_updates(&client, namespaces, load, &ports).await?;
-    let latencies: Vec<f64> =
-        all_updates.lock().map(|u| u.values().filter_map(|u| u.latency).collect()).unwrap_or_default();
+    let latencies = sorted_latencies(&all_updates);
     let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
 
     let server_port = server_port()?;
@@ -142,23 +141,12 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     if change == Change::Data {
-        let mut sorted = latencies.clone();
-        sorted.sort_by(|a, b| a.total_cmp(b));
-        let pct = |p: f64| {
-            sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN)
-        };
-        println!(
-            "update -> patch latency over {} updates: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-            sorted.len(),
-            pct(0.50) * 1000.0,
-            pct(0.99) * 1000.0,
-            sorted.last().copied().unwrap_or(f64::NAN) * 1000.0
-        );
+        println!("update -> patch latency over {} updates: {}", latencies.len(), summary(&latencies));
         let logs: Vec<String> = (0..replicas).map(|r| log_path(&mode, replicas, r)).collect();
         print_stages(&all_updates, &logs);
     }
     if replicas > 1 {
-        handoff(&mut controllers).await?;
+        handoff(&client, namespaces, &mut controllers).await?;
     }
     for (child, _) in controllers.iter_mut() {
         if let Some(pid) = child.id() {
@@ -169,16 +157,28 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGTERM the last replica and time until the others act on every shard (Leases moved,
-/// stores loaded, checkpoints read).
-async fn handoff(controllers: &mut Vec<(Child, u16)>) -> anyhow::Result<()> {
+/// Updates sent across a handoff, at 25/s: about 2 s of them before the signal.
+const HANDOFF_UPDATES: usize = 200;
+
+/// SIGTERM the last replica while updates go on and time until the others act on every
+/// shard (Leases moved, stores loaded, checkpoints read); then the latency of the updates
+/// sent across it, which is what a user sees of a handoff (a leaving replica keeps serving
+/// its shards until their heirs have loaded them).
+async fn handoff(client: &Client, namespaces: usize, controllers: &mut Vec<(Child, u16)>) -> anyhow::Result<()> {
     let Some((mut child, _)) = controllers.pop() else { return Ok(()) };
+    let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
+    let load = Load { updates: HANDOFF_UPDATES, rate: Some(25), change: Change::Data };
+    let updates = tokio::spawn({
+        let (client, ports) = (client.clone(), ports.clone());
+        async move { run_updates(&client, namespaces, load, &ports).await }
+    });
+    // The driver's watch lists the Deployments first (about a second at 2,000 namespaces).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let started = Instant::now();
     let signalled = jiff::Timestamp::now();
     if let Some(pid) = child.id() {
         Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await?;
     }
-    let ports: Vec<u16> = controllers.iter().map(|(_, p)| *p).collect();
     let deadline = started + Duration::from_secs(120);
     loop {
         let mut active = 0.0;
@@ -198,8 +198,25 @@ async fn handoff(controllers: &mut Vec<(Child, u16)>) -> anyhow::Result<()> {
         "SIGTERM handoff: the other replicas act on all 16 shards {:.1?} after the signal (sent at {signalled})",
         started.elapsed()
     );
+    let latencies = sorted_latencies(&updates.await??);
+    println!("updates across the handoff ({} of {HANDOFF_UPDATES} observed): {}", latencies.len(), summary(&latencies));
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     Ok(())
+}
+
+/// The latencies of the updates observed, sorted.
+fn sorted_latencies(updates: &Updates) -> Vec<f64> {
+    let mut latencies: Vec<f64> =
+        updates.lock().map(|u| u.values().filter_map(|u| u.latency).collect()).unwrap_or_default();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    latencies
+}
+
+/// "p50 .. ms, p99 .. ms, max .. ms" of sorted latencies in seconds (nearest rank).
+fn summary(sorted: &[f64]) -> String {
+    let pct =
+        |p: f64| sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    format!("p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms", pct(0.5) * 1000.0, pct(0.99) * 1000.0, pct(1.0) * 1000.0)
 }
 
 /// Create what is missing: namespaces with 3 ConfigMaps, 2 Secrets, 2 Deployments (no pods).

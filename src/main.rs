@@ -331,9 +331,11 @@ async fn main() -> anyhow::Result<()> {
             release_on_cancel: leader_election_release_on_cancel,
         };
         let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
-        // Warm handoffs with cluster-wide watches only: namespace-scoped ones would open every
-        // gained namespace's watches while the leaver still holds its own.
-        let loaded = watch_config.namespaces.is_none().then(|| synced_rx.clone());
+        // Warm handoffs only where a gained shard is a list: server-sharded watches. Other
+        // cluster-wide watches hold every shard's objects already (handing over costs a
+        // round trip more, 0.1 -> 0.3 s), and namespace-scoped ones would open every gained
+        // namespace's watches while the leaver still holds its own.
+        let loaded = server_shards.active().then(|| synced_rx.clone());
         let (mut ownership, task) =
             lease::spawn(client.clone(), config, Some(active_rx.clone()), loaded, metrics, leave.clone());
         state.ownership = Some(ownership.clone());

@@ -336,8 +336,8 @@ impl Manager {
             });
             if let Some(since) = self.leaving {
                 let holding = self.held_on_record().next().is_some();
-                let heirs = !self.placing_members(&self.live_members(Instant::now())).is_empty();
-                if !holding || !heirs || since.elapsed() >= self.config.renew_deadline {
+                // With no heir that reports, the final stage hands everything over at once.
+                if !holding || !self.heirs_report() || since.elapsed() >= self.config.renew_deadline {
                     break;
                 }
             }
@@ -464,6 +464,14 @@ impl Manager {
                 self.heir_waits.entry(shard).or_insert_with(Instant::now).elapsed() >= self.config.renew_deadline
             }
         }
+    }
+
+    /// Whether any member shards are placed on reports what it has loaded.
+    fn heirs_report(&self) -> bool {
+        let placing = self.placing_members(&self.live_members(Instant::now()));
+        placing
+            .iter()
+            .any(|m| self.observed.get(&self.config.member_lease_name(m)).is_some_and(|o| warm_of(&o.lease).is_some()))
     }
 
     /// The members shards are placed on: the live ones that are not leaving.
