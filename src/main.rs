@@ -22,8 +22,8 @@ use tracing::{Instrument, info, info_span, warn};
 /// allocator what the first lists freed stayed resident, 14 MiB at 10,000 namespaces (RSS 77.8
 /// against 63.2 MiB). mimalloc, tried too, held 91 MiB. `.cargo/config.toml` builds it with one
 /// arena instead of four per core (`narenas:1`): each arena keeps pages of its own, and this
-/// controller's few threads gain nothing from more (10,000 namespaces server-sharded: 59.6
-/// against 65.5 MiB, the same latency). `_RJEM_MALLOC_CONF` still overrides it at run time.
+/// controller's few threads gain nothing from more (10,000 namespaces server-sharded: 59.4-59.8
+/// MiB in 4 of 5 runs against 61.7-65.5, the same latency). `_RJEM_MALLOC_CONF` overrides it.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
