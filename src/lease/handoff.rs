@@ -19,6 +19,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
 use tracing::debug;
 
 use super::manager::{FLEET_LABEL, holder_of, is_role};
@@ -77,6 +78,14 @@ pub(super) fn lease_events(api: Api<Lease>, prefix: &str) -> BoxStream<'static, 
             }
         })
         .boxed()
+}
+
+/// The next change of an optional receiver (pending forever without one, or once closed).
+pub(super) async fn changed<T>(receiver: Option<&mut watch::Receiver<T>>) -> Option<()> {
+    match receiver {
+        Some(receiver) => receiver.changed().await.ok(),
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

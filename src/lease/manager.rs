@@ -44,7 +44,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::lease::assignment::assign;
-use crate::lease::handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION, format_shards, is_leaving, lease_events, warm_of};
+use crate::lease::fence::{fence, lock};
+use crate::lease::handoff::{
+    LEAVING_ANNOTATION, WARM_ANNOTATION, changed, format_shards, is_leaving, lease_events, warm_of,
+};
+use crate::lease::metrics::Metrics;
 
 /// Label on every Lease of a fleet; the value is the fleet's lease name prefix.
 pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
@@ -55,42 +59,6 @@ pub const RING_ANNOTATION: &str = "reloader-fleet.stakater.com/ring";
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the fleet's Leases are looked at (renewals still wait for the retry period).
 const OBSERVE_PERIOD: Duration = Duration::from_millis(500);
-
-/// The lease room's metrics.
-#[derive(Clone)]
-pub struct Metrics {
-    /// `reloader_shards_held`: shards this replica acts on.
-    pub shards_held: prometheus::IntGauge,
-    /// `reloader_lease_acquisitions_total`.
-    pub acquisitions: prometheus::IntCounter,
-    /// `reloader_lease_losses_total`: shards this replica stopped acting on (moved, fenced).
-    pub losses: prometheus::IntCounter,
-    /// `reloader_shard_handoff_seconds`: from seeing a Lease last change to acquiring it.
-    pub handoff: prometheus::Histogram,
-}
-
-impl Metrics {
-    /// # Errors
-    /// When a series of the same name is already registered.
-    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
-        let shards_held = prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on")?;
-        let acquisitions = prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired")?;
-        let losses =
-            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on")?;
-        let handoff = prometheus::Histogram::with_opts(
-            prometheus::HistogramOpts::new(
-                "reloader_shard_handoff_seconds",
-                "From a Lease's last observed change to acquiring it",
-            )
-            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
-        )?;
-        registry.register(Box::new(shards_held.clone()))?;
-        registry.register(Box::new(acquisitions.clone()))?;
-        registry.register(Box::new(losses.clone()))?;
-        registry.register(Box::new(handoff.clone()))?;
-        Ok(Metrics { shards_held, acquisitions, losses, handoff })
-    }
-}
 
 /// Lease timings and names.
 #[derive(Clone, Debug)]
@@ -788,57 +756,6 @@ impl Manager {
         }
         Ownership { held, shards, members, yielding_to: self.yielding_to.clone(), warming: self.warming.clone() }
     }
-}
-
-/// How often the fence task checks renew deadlines.
-const FENCE_CHECK: Duration = Duration::from_millis(100);
-
-/// Withdraw from the published `held` set every shard whose last successful renewal was sent
-/// `renew_deadline` ago or more, independently of the rounds (which may hang on a slow API).
-async fn fence(
-    last_ok_send: Arc<Mutex<HashMap<u32, Instant>>>,
-    tx: Arc<watch::Sender<Ownership>>,
-    renew_deadline: Duration,
-    metrics: Metrics,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(FENCE_CHECK);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let now = Instant::now();
-        let fresh: BTreeSet<u32> = lock(&last_ok_send)
-            .iter()
-            .filter(|(_, sent)| now.saturating_duration_since(**sent) < renew_deadline)
-            .map(|(shard, _)| *shard)
-            .collect();
-        tx.send_if_modified(|ownership| {
-            let before = ownership.held.len();
-            ownership.held.retain(|shard| fresh.contains(shard));
-            let fenced = before - ownership.held.len();
-            if fenced > 0 {
-                warn!(fenced, "renew deadline passed; stopped acting on shards until renewed");
-                metrics.losses.inc_by(fenced as u64);
-                metrics.shards_held.set(ownership.held.len() as i64);
-            }
-            fenced > 0
-        });
-    }
-}
-
-/// The next change of an optional receiver (pending forever without one, or once closed).
-async fn changed<T>(receiver: Option<&mut watch::Receiver<T>>) -> Option<()> {
-    match receiver {
-        Some(receiver) => receiver.changed().await.ok(),
-        None => std::future::pending().await,
-    }
-}
-
-/// Lock a mutex that is only held for map operations (a panic cannot leave it inconsistent).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub(super) fn is_role(lease: &Lease, role: &str) -> bool {

@@ -7,11 +7,12 @@
 //! renewed in time.
 
 mod assignment;
+mod fence;
 mod handoff;
 mod manager;
+mod metrics;
 
 pub use assignment::assign;
 pub use handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION};
-pub use manager::{
-    Config, Error, FLEET_LABEL, Metrics, Ownership, RING_ANNOTATION, ROLE_LABEL, ShardState, ShardStatus, spawn,
-};
+pub use manager::{Config, Error, FLEET_LABEL, Ownership, RING_ANNOTATION, ROLE_LABEL, ShardState, ShardStatus, spawn};
+pub use metrics::Metrics;

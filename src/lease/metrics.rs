@@ -1,0 +1,36 @@
+//! The lease room's metrics.
+
+#[derive(Clone)]
+pub struct Metrics {
+    /// `reloader_shards_held`: shards this replica acts on.
+    pub shards_held: prometheus::IntGauge,
+    /// `reloader_lease_acquisitions_total`.
+    pub acquisitions: prometheus::IntCounter,
+    /// `reloader_lease_losses_total`: shards this replica stopped acting on (moved, fenced).
+    pub losses: prometheus::IntCounter,
+    /// `reloader_shard_handoff_seconds`: from seeing a Lease last change to acquiring it.
+    pub handoff: prometheus::Histogram,
+}
+
+impl Metrics {
+    /// # Errors
+    /// When a series of the same name is already registered.
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        let shards_held = prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on")?;
+        let acquisitions = prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired")?;
+        let losses =
+            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on")?;
+        let handoff = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new(
+                "reloader_shard_handoff_seconds",
+                "From a Lease's last observed change to acquiring it",
+            )
+            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
+        )?;
+        registry.register(Box::new(shards_held.clone()))?;
+        registry.register(Box::new(acquisitions.clone()))?;
+        registry.register(Box::new(losses.clone()))?;
+        registry.register(Box::new(handoff.clone()))?;
+        Ok(Metrics { shards_held, acquisitions, losses, handoff })
+    }
+}
