@@ -153,12 +153,12 @@ pub async fn run(
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
     let recorder = Recorder::new(client.clone(), config.reporter.clone());
-    let writes = Writes { client: client.clone(), compactor: config.compactor.clone() };
+    let writes_out = WritesOut::new();
+    let writes = Writes { client: client.clone(), compactor: config.compactor.clone(), out: writes_out.clone() };
     let rules = Rules::new(config.keys.clone(), config.options.clone());
     let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
     let acted = Acted::new(config.ring.clone());
     let config_writes = config.max_concurrent_writes;
-    let writes_out = WritesOut::new();
     let mut engine = Engine {
         rules,
         client,
@@ -166,7 +166,7 @@ pub async fn run(
         config,
         store,
         metrics,
-        events: Events::new(recorder, writes_out.clone()),
+        events: Events::new(recorder, writes_out),
         acted,
         overlay: HashMap::new(),
         reported: HashSet::new(),
@@ -181,7 +181,7 @@ pub async fn run(
         deferred: Deferred::new(config_budget, config_concurrency),
         write_attempts: HashMap::new(),
         queue: VecDeque::new(),
-        pipeline: Pipeline::new(config_writes, writes_out),
+        pipeline: Pipeline::new(config_writes),
         saving: None,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;

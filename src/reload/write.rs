@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
 use crate::reload::engine::{API_TIMEOUT, FIELD_MANAGER, retry_delay};
+use crate::reload::events::WritesOut;
 use crate::reload::{RELOADED_HASHES, ROLLOUT_STRATEGY, apply_strategic};
 use crate::watch::{
     Compactor, JOB_UID_LABELS, SlimDaemonSet, SlimDeployment, SlimRaw, SlimStatefulSet, SlimWorkload, Workload,
@@ -36,12 +37,14 @@ const RECREATE_PATIENCE: Duration = Duration::from_secs(10);
 /// Job name (at most 63, because the job controller puts the name in a label).
 const JOB_NAME_PREFIX_MAX: usize = 52;
 
-/// The writes of reloads: one client, and the compactor that turns what the API server
-/// answers back into the stored form (so the engine sees its own write at once).
+/// The writes of reloads: one client, the compactor that turns what the API server answers
+/// back into the stored form (so the engine sees its own write at once), and the count of
+/// writes out that Events yield to.
 #[derive(Clone)]
 pub(crate) struct Writes {
     pub client: Client,
     pub compactor: Compactor,
+    pub out: WritesOut,
 }
 
 /// The outcome of one write: the workload as written (`None` when it no longer exists), or
@@ -51,6 +54,7 @@ pub(crate) type WriteResult = Result<Option<Workload>, String>;
 impl Writes {
     /// Write `patch` (from [`crate::reload::plan`]) onto `workload` the way its kind is written.
     pub async fn write(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
+        let _out = self.out.enter();
         let call = async {
             match workload.key.kind.spec().write {
                 WriteMethod::StrategicPatch => self.strategic_patch(&workload.key, patch).await,

@@ -26,7 +26,6 @@ use tracing::{Instrument, debug, info_span};
 
 use super::{Engine, Outcome, Transition};
 use crate::reload::checkpoint::ShortHash;
-use crate::reload::events::WritesOut;
 use crate::reload::write::Writes;
 use crate::watch::{Change, DataHash, ResourceKey, Workload, WorkloadKey};
 
@@ -85,16 +84,13 @@ pub(super) struct Pipeline {
     resources: HashSet<ResourceKey>,
     /// `--max-concurrent-writes`, over all changes.
     permits: Arc<Semaphore>,
-    /// The writes out, which Events yield to.
-    out: WritesOut,
     /// Nothing in the queue's window may go before a change lands or a change arrives.
     stalled: bool,
 }
 
 impl Pipeline {
-    pub fn new(max_writes: usize, out: WritesOut) -> Self {
+    pub fn new(max_writes: usize) -> Self {
         Self {
-            out,
             running: FuturesUnordered::new(),
             workloads: HashMap::new(),
             resources: HashSet::new(),
@@ -209,9 +205,9 @@ impl Engine {
         for write in &writes {
             *self.pipeline.workloads.entry(write.workload.key.clone()).or_default() += 1;
         }
-        let (client, permits, out) = (self.writes.clone(), self.pipeline.permits.clone(), self.pipeline.out.clone());
+        let (client, permits) = (self.writes.clone(), self.pipeline.permits.clone());
         self.pipeline.running.push(Box::pin(async move {
-            let results = send_all(&client, &writes, &flight.span, &permits, &out).await;
+            let results = send_all(&client, &writes, &flight.span, &permits).await;
             Landed { flight, writes, results }
         }));
     }
@@ -312,7 +308,6 @@ async fn send_all(
     planned: &[PlannedWrite],
     span: &tracing::Span,
     permits: &Semaphore,
-    writes_out: &WritesOut,
 ) -> Vec<(crate::reload::write::WriteResult, Duration)> {
     let mut chains: Vec<Vec<usize>> = Vec::new();
     let mut chain_of: HashMap<&WorkloadKey, usize> = HashMap::new();
@@ -329,7 +324,6 @@ async fn send_all(
             let write = &planned[i];
             // Never closed: the engine owns the semaphore.
             let _permit = permits.acquire().await.ok();
-            let _out = writes_out.enter();
             let started = Instant::now();
             let result =
                 writes.write(&write.workload, &write.patch, jiff::Timestamp::now()).instrument(span.clone()).await;
