@@ -396,64 +396,80 @@ fn is_member(lease: &Lease) -> bool {
 /// A replica stopped while its namespaces change keeps serving each of its shards until the
 /// other replica has loaded it: the Leases show it leaving first, then the heir reporting each
 /// shard loaded, and only then the shard released; every change rolls its workload once.
+/// Server-sharded watches (a gained shard is a list of its range).
 #[tokio::test]
 async fn a_leaving_replica_hands_each_shard_over_once_its_heir_has_loaded_it() {
     with_temp_ns("fleet-warm", |client, home| async move {
         let (label, namespaces) = served_namespaces(&client, &home).await;
-        let kubeconfig = support::kubeconfig_path();
         let selector = format!("--namespace-selector={label}");
-        let args = [selector.as_str(), "--shard-placement=fnv-ranges"];
-        let (a_name, b_name) = (format!("{home}-a"), format!("{home}-b"));
-        let a = start_with(&home, &a_name, &args, &kubeconfig).await;
-        let b = start_with(&home, &b_name, &args, &kubeconfig).await;
-        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
-        update_all(&client, &namespaces, "1").await;
-
-        let timeline = LeaseTimeline::start(&client, &home);
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &home);
-        let b_shards: Vec<u32> = leases
-            .list(&Default::default())
-            .await
-            .expect("list Leases")
-            .items
-            .iter()
-            .filter(|l| !is_member(l) && holder(l) == b_name)
-            .filter_map(shard_of)
-            .collect();
-        assert!(!b_shards.is_empty(), "b holds shards");
-        wait_for("the timeline to have listed the Leases", || async {
-            timeline.first(|l| !is_member(l) && holder(l) == b_name).map(|_| ())
-        })
-        .await;
-        tokio::join!(b.stop(), update_all(&client, &namespaces, "2"));
-        wait_for("a to hold every shard", || async {
-            (a.metric("reloader_shards_active").await == 16.0).then_some(())
-        })
-        .await;
-
-        let leaving = timeline
-            .first(|l| is_member(l) && holder(l) == b_name && annotation(l, LEAVING_ANNOTATION) == Some("true"))
-            .expect("b's membership Lease says it is leaving");
-        for shard in b_shards {
-            let warm = timeline
-                .first(|l| {
-                    is_member(l)
-                        && holder(l) == a_name
-                        && annotation(l, WARM_ANNOTATION).is_some_and(|w| w.split(',').any(|s| s == shard.to_string()))
-                })
-                .unwrap_or_else(|| panic!("a never reported shard {shard} loaded"));
-            let released = timeline
-                .first(|l| shard_of(l) == Some(shard) && holder(l) != b_name)
-                .unwrap_or_else(|| panic!("b never let go of shard {shard}"));
-            assert!(leaving < warm, "a warmed shard {shard} before b said it was leaving");
-            assert!(warm < released, "b let go of shard {shard} before a had loaded it");
-        }
-        timeline.task.abort();
-        update_all(&client, &namespaces, "3").await;
-        a.stop().await;
-        delete_namespaces(&client, &namespaces).await;
+        hands_over_warm(&client, &home, &namespaces, &[selector.as_str(), "--shard-placement=fnv-ranges"]).await;
     })
     .await;
+}
+
+/// The same with namespace-scoped watches, where a gained shard is a list and a watch per
+/// namespace and kind (seconds at thousands of namespaces, unserved without the wait).
+#[tokio::test]
+async fn a_leaving_namespace_scoped_replica_hands_each_shard_over_once_its_heir_has_loaded_it() {
+    with_temp_ns("fleet-warm-scoped", |client, home| async move {
+        let (_, namespaces) = served_namespaces(&client, &home).await;
+        let scope = format!("--namespaces={}", namespaces.join(","));
+        hands_over_warm(&client, &home, &namespaces, &[scope.as_str(), "--is-openshift=false"]).await;
+    })
+    .await;
+}
+
+/// Two replicas started with `args` on `namespaces`; B stops during updates, and the Leases
+/// must show each of B's shards released only after A reported it loaded.
+async fn hands_over_warm(client: &kube::Client, home: &str, namespaces: &[String], args: &[&str]) {
+    let kubeconfig = support::kubeconfig_path();
+    let (a_name, b_name) = (format!("{home}-a"), format!("{home}-b"));
+    let a = start_with(home, &a_name, args, &kubeconfig).await;
+    let b = start_with(home, &b_name, args, &kubeconfig).await;
+    wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+    update_all(client, namespaces, "1").await;
+
+    let timeline = LeaseTimeline::start(client, home);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), home);
+    let b_shards: Vec<u32> = leases
+        .list(&Default::default())
+        .await
+        .expect("list Leases")
+        .items
+        .iter()
+        .filter(|l| !is_member(l) && holder(l) == b_name)
+        .filter_map(shard_of)
+        .collect();
+    assert!(!b_shards.is_empty(), "b holds shards");
+    wait_for("the timeline to have listed the Leases", || async {
+        timeline.first(|l| !is_member(l) && holder(l) == b_name).map(|_| ())
+    })
+    .await;
+    tokio::join!(b.stop(), update_all(client, namespaces, "2"));
+    wait_for("a to hold every shard", || async { (a.metric("reloader_shards_active").await == 16.0).then_some(()) })
+        .await;
+
+    let leaving = timeline
+        .first(|l| is_member(l) && holder(l) == b_name && annotation(l, LEAVING_ANNOTATION) == Some("true"))
+        .expect("b's membership Lease says it is leaving");
+    for shard in b_shards {
+        let warm = timeline
+            .first(|l| {
+                is_member(l)
+                    && holder(l) == a_name
+                    && annotation(l, WARM_ANNOTATION).is_some_and(|w| w.split(',').any(|s| s == shard.to_string()))
+            })
+            .unwrap_or_else(|| panic!("a never reported shard {shard} loaded"));
+        let released = timeline
+            .first(|l| shard_of(l) == Some(shard) && holder(l) != b_name)
+            .unwrap_or_else(|| panic!("b never let go of shard {shard}"));
+        assert!(leaving < warm, "a warmed shard {shard} before b said it was leaving");
+        assert!(warm < released, "b let go of shard {shard} before a had loaded it");
+    }
+    timeline.task.abort();
+    update_all(client, namespaces, "3").await;
+    a.stop().await;
+    delete_namespaces(client, namespaces).await;
 }
 
 /// Namespace-scoped watches of 14 namespaces (98 watches) share HTTP/2 connections, each

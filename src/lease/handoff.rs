@@ -7,10 +7,9 @@
 //!  holder: withdraws a shard once its heir's `warm` lists it (or after the renew deadline)
 //!          ─▶ drain, checkpoint, release ─▶ the heir acquires it and acts at once
 //! ```
-//! A member whose Lease has no `warm` annotation does not report (an older version, or watches
-//! that are not server-sharded: cluster-wide ones hold every shard already, and namespace-
-//! scoped ones would open every gained namespace's watches while the leaver keeps its own) and
-//! is not waited for.
+//! A member whose Lease has no `warm` annotation does not report (an older version, or
+//! cluster-wide watches that are not server-sharded: they hold every shard already) and is not
+//! waited for.
 
 use std::collections::BTreeSet;
 
