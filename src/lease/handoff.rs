@@ -87,9 +87,55 @@ pub(super) async fn changed<T>(receiver: Option<&mut watch::Receiver<T>>) -> Opt
     }
 }
 
+/// Whether what an optional receiver listens to still runs: its sender lives (the engine's
+/// active shards, the watches' loaded ones). No receiver counts as running.
+pub(super) fn is_open<T>(receiver: Option<&watch::Receiver<T>>) -> bool {
+    receiver.is_none_or(|r| r.has_changed().is_ok())
+}
+
+/// What a leaving replica knows when it decides whether to stop waiting for its heirs.
+pub(super) struct Leaving {
+    /// It still holds a shard's Lease.
+    pub holding: bool,
+    /// Some member it places shards on reports what it has loaded.
+    pub heirs_report: bool,
+    /// It has waited the renew deadline since it began to leave.
+    pub waited_out: bool,
+    /// Its engine and watches still run, so its shards are served while it waits.
+    pub serving: bool,
+}
+
+impl Leaving {
+    /// Done waiting: nothing left to hand over, nobody to wait for, waited long enough, or
+    /// nothing serves the shards meanwhile (a failed engine or watch task hands them over
+    /// cold at once, instead of leaving them unserved for up to the renew deadline).
+    pub(super) fn done(&self) -> bool {
+        !self.holding || !self.heirs_report || self.waited_out || !self.serving
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leaver_waits_only_while_it_serves_shards_an_heir_is_loading() {
+        let waiting = Leaving { holding: true, heirs_report: true, waited_out: false, serving: true };
+        assert!(!waiting.done());
+        assert!(Leaving { holding: false, ..waiting }.done());
+        assert!(Leaving { heirs_report: false, ..waiting }.done());
+        assert!(Leaving { waited_out: true, ..waiting }.done());
+        assert!(Leaving { serving: false, ..waiting }.done());
+    }
+
+    #[test]
+    fn a_receiver_is_open_while_its_sender_lives() {
+        let (tx, rx) = watch::channel(BTreeSet::<u32>::new());
+        assert!(is_open(Some(&rx)));
+        assert!(is_open::<()>(None));
+        drop(tx);
+        assert!(!is_open(Some(&rx)), "the engine or watch task that held the sender is gone");
+    }
 
     #[test]
     fn shard_lists_round_trip_and_ignore_junk() {

@@ -46,7 +46,7 @@ use tracing::{debug, info, warn};
 use crate::lease::assignment::assign;
 use crate::lease::fence::{fence, lock};
 use crate::lease::handoff::{
-    LEAVING_ANNOTATION, WARM_ANNOTATION, changed, format_shards, is_leaving, lease_events, warm_of,
+    LEAVING_ANNOTATION, Leaving, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events, warm_of,
 };
 use crate::lease::metrics::Metrics;
 
@@ -303,9 +303,14 @@ impl Manager {
                 changed
             });
             if let Some(since) = self.leaving {
-                let holding = self.held_on_record().next().is_some();
                 // With no heir that reports, the final stage hands everything over at once.
-                if !holding || !self.heirs_report() || since.elapsed() >= self.config.renew_deadline {
+                let leaving = Leaving {
+                    holding: self.held_on_record().next().is_some(),
+                    heirs_report: self.heirs_report(),
+                    waited_out: since.elapsed() >= self.config.renew_deadline,
+                    serving: is_open(self.working.as_ref()) && is_open(self.loaded.as_ref()),
+                };
+                if leaving.done() {
                     break;
                 }
             }
