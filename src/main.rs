@@ -333,7 +333,7 @@ async fn main() -> anyhow::Result<()> {
         let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
         // Warm handoffs where a gained shard costs new lists: server-sharded watches (a list of
         // the gained ranges) and namespace-scoped ones (a list and a watch per gained namespace
-        // and kind: at 2,000 namespaces updates went unanswered for up to 4.8 s, 0.23 s warm).
+        // and kind: at 2,000 namespaces updates went unanswered for up to 5.4 s, 0.30 s warm).
         // Other cluster-wide watches hold every shard's objects already (handing over would
         // cost a round trip more, 0.1 -> 0.3 s).
         let warm_handoff = server_shards.active() || watch_config.namespaces.is_some();
