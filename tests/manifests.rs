@@ -231,26 +231,32 @@ type Invocation = (Vec<String>, Vec<(String, String)>);
 /// for the test namespace.
 struct SuiteRun {
     manifest: &'static str,
+    /// The test namespaces' name prefix, also their test label: each run's own, so that a
+    /// run selecting namespaces by that label never acts on another run's (they run at once).
+    prefix: &'static str,
     args: fn(&str) -> Invocation,
 }
 
 /// The cluster-wide manifest, selecting the suite's namespace by its test label.
 const CLUSTER_WIDE: SuiteRun = SuiteRun {
     manifest: MANIFEST,
+    prefix: "manifests-rules",
     args: |_| (vec![format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL)], vec![]),
 };
 
 /// The namespaced manifest as its Deployment runs it: one namespace, leader election.
 const NAMESPACED: SuiteRun = SuiteRun {
     manifest: NAMESPACED_MANIFEST,
+    prefix: "manifests-rules-ns",
     args: |ns| (vec!["--enable-ha".into()], vec![("KUBERNETES_NAMESPACE".into(), ns.to_string())]),
 };
 
 /// The fleet manifest as its Deployment runs it (16 shards), selecting the suite's namespace.
 const FLEET: SuiteRun = SuiteRun {
     manifest: FLEET_MANIFEST,
+    prefix: "manifests-rules-fleet",
     args: |_| {
-        let selector = format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL);
+        let selector = format!("--namespace-selector={}=manifests-rules-fleet", support::TEST_LABEL);
         (vec![selector, "--enable-ha".into(), "--shards=16".into()], vec![])
     },
 };
@@ -285,7 +291,7 @@ async fn every_rule_is_needed(run: &SuiteRun) {
     let mut report = Vec::new();
     // First the whole manifest (the suite passes), then each rule taken away in turn.
     for removed in std::iter::once(None).chain((0..rule_count).map(Some)) {
-        with_temp_ns("manifests-rules", |client, ns| {
+        with_temp_ns(run.prefix, |client, ns| {
             let report = &mut report;
             async move {
                 let mut docs = documents_in(run.manifest, &ns);
