@@ -52,23 +52,34 @@ fn parse_shards(text: &str) -> BTreeSet<u32> {
     text.split(',').filter_map(|s| s.trim().parse().ok()).collect()
 }
 
-/// A `()` each time a watch of the fleet's Leases sees what a round should act on at once: a
-/// shard Lease given back, a Lease deleted (a replica gone), or a membership Lease that leaves
-/// or reports loaded shards (a handoff in progress). The survivors' next round need not wait
-/// for the next look, up to 0.5 s away. The look stays what decides; where RBAC does not allow
-/// watching Leases (an install from before the fleet's RBAC had `watch`) this stream only logs
-/// at debug and the look is all there is.
-pub(super) fn lease_events(api: Api<Lease>, prefix: &str) -> BoxStream<'static, ()> {
+/// What a watch of the fleet's Leases saw that a round should act on at once.
+pub(super) enum Sighting {
+    /// A Lease as it is now: a shard Lease given back, or a membership Lease that leaves or
+    /// reports loaded shards (a handoff in progress). The round acts on it without a LIST.
+    Changed(Box<Lease>),
+    /// A Lease deleted (a replica gone): the round LISTs.
+    Deleted,
+}
+
+/// A [`Sighting`] each time a watch of the fleet's Leases sees what a round should act on at
+/// once. The survivors' next round need not wait for the next look, up to 0.5 s away, nor for
+/// a LIST. The look stays what decides; where RBAC does not allow watching Leases (an install
+/// from before the fleet's RBAC had `watch`) this stream only logs at debug and the look is all
+/// there is.
+pub(super) fn lease_events(api: Api<Lease>, prefix: &str) -> BoxStream<'static, Sighting> {
     let config = watcher::Config::default().labels(&format!("{FLEET_LABEL}={prefix}"));
     watcher(api, config)
         .default_backoff()
         .filter_map(|event| async move {
             match event {
                 Ok(watcher::Event::Apply(lease)) if is_role(&lease, "member") => {
-                    (is_leaving(&lease) || warm_of(&lease).is_some_and(|w| !w.is_empty())).then_some(())
+                    let news = is_leaving(&lease) || warm_of(&lease).is_some_and(|w| !w.is_empty());
+                    news.then_some(Sighting::Changed(Box::new(lease)))
                 }
-                Ok(watcher::Event::Apply(lease)) => holder_of(&lease).is_empty().then_some(()),
-                Ok(watcher::Event::Delete(_)) => Some(()),
+                Ok(watcher::Event::Apply(lease)) => {
+                    holder_of(&lease).is_empty().then_some(Sighting::Changed(Box::new(lease)))
+                }
+                Ok(watcher::Event::Delete(_)) => Some(Sighting::Deleted),
                 Ok(_) => None,
                 Err(err) => {
                     debug!(error = %err, "watching the fleet's Leases failed; looking every 0.5 s instead");

@@ -2,10 +2,14 @@
 //! LeaseLock format, acquired and renewed with resourceVersion preconditions.
 //!
 //! ```text
-//!  every retry period:  LIST fleet Leases ─▶ live members ─▶ assign() ─▶ my desired shards
-//!                       renew held+desired │ release held+undesired │ acquire desired+free
-//!                       publish: held shards renewed within the renew deadline
+//!  every 0.5 s:  LIST fleet Leases ─▶ live members ─▶ assign() ─▶ my desired shards
+//!                renew held+desired (each retry period) │ release held+undesired │ acquire desired+free
+//!                publish: held shards renewed within the renew deadline, and what to warm
+//!  at once, on a watched handoff Lease or a change here (leaving, loaded, let go): the same
+//!                round from what is observed already, without the LIST
 //! ```
+//! A round's writes go out together (`writes`), so a handoff costs round trips, not the sum of
+//! them.
 //!
 //! # Guarantees
 //! - Another holder's Lease counts as expired only after its `leaseDurationSeconds` has passed
@@ -16,7 +20,9 @@
 //!   server stops acting before any other replica may take the shard
 //!   (`renew_deadline < lease_duration`).
 //! - Every write carries the resourceVersion last observed; a conflict means someone else
-//!   wrote first, and the next round decides again from a fresh LIST.
+//!   wrote first, and the next round decides again from a fresh LIST. A watched Lease is
+//!   taken in only when its resourceVersion is newer than the one observed, so an event
+//!   never undoes a later write of this replica's.
 //!
 //! - Replicas that place namespaces differently (another shard count or ring version, as during
 //!   a rolling update that changes `--shards`) never act at once: each Lease records its
@@ -33,22 +39,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::lease::assignment::assign;
 use crate::lease::fence::{fence, lock};
 use crate::lease::handoff::{
-    LEAVING_ANNOTATION, Leaving, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events, warm_of,
+    LEAVING_ANNOTATION, Leaving, Sighting, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events,
+    warm_of,
 };
 use crate::lease::metrics::Metrics;
+use crate::lease::revision;
+use writes::Action;
+
+mod writes;
 
 /// Label on every Lease of a fleet; the value is the fleet's lease name prefix.
 pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
@@ -131,8 +141,9 @@ pub struct Ownership {
     pub members: Vec<String>,
     /// The ring of a live replica this one gives way to (it then holds nothing).
     pub yielding_to: Option<String>,
-    /// Shards this replica is to get that another live replica still holds: to watch now, so
-    /// that they are loaded when their holder hands them over (see [`crate::lease::handoff`]).
+    /// Shards this replica is to get and does not hold yet (another live replica still holds
+    /// them, or they are free and about to be acquired): to watch now, so that they are loaded
+    /// when their holder hands them over (see [`crate::lease::handoff`]).
     pub warming: BTreeSet<u32>,
 }
 
@@ -220,6 +231,7 @@ pub fn spawn(
         leaving: None,
         warming: BTreeSet::new(),
         heir_waits: HashMap::new(),
+        must_list: false,
     };
     (rx, tokio::spawn(task.run(tx, shutdown)))
 }
@@ -251,6 +263,32 @@ struct Manager {
     warming: BTreeSet<u32>,
     /// Shards to hand over whose heir has not reported them loaded yet, since when.
     heir_waits: HashMap<u32, Instant>,
+    /// A write lost a race: the next round LISTs, whatever started it.
+    must_list: bool,
+}
+
+/// What a round starts from.
+enum Look {
+    /// LIST the fleet's Leases (every tick, and when a Lease was deleted).
+    List,
+    /// What was observed already: this replica's own change (leaving, loaded, let go) needs no
+    /// fresh look, and its own Leases are as its writes returned them.
+    Local,
+    /// What was observed already, plus the Leases a watch just saw.
+    Seen(Vec<Lease>),
+}
+
+impl Look {
+    fn seen(sightings: Vec<Sighting>) -> Self {
+        let mut leases = Vec::with_capacity(sightings.len());
+        for sighting in sightings {
+            match sighting {
+                Sighting::Changed(lease) => leases.push(*lease),
+                Sighting::Deleted => return Look::List,
+            }
+        }
+        Look::Seen(leases)
+    }
 }
 
 impl Manager {
@@ -271,6 +309,8 @@ impl Manager {
         let mut events = lease_events(self.api.clone(), &self.config.prefix);
         loop {
             let draining = !self.draining.is_empty();
+            // A change here (leaving, loaded, let go) acts on what was observed already.
+            let mut look = Look::Local;
             tokio::select! {
                 biased;
                 () = shutdown.cancelled(), if self.leaving.is_none() => {
@@ -280,28 +320,21 @@ impl Manager {
                     info!("leaving: handing each shard over once its next holder has loaded it");
                     self.leaving = Some(Instant::now());
                 }
-                _ = tick.tick() => {}
-                Some(()) = events.next() => {
+                _ = tick.tick() => look = Look::List,
+                Some(first) = events.next() => {
                     // A replica leaving gives back all its Leases at once: one round for them.
-                    while let Some(Some(())) = events.next().now_or_never() {}
+                    let mut sightings = vec![first];
+                    while let Some(Some(next)) = events.next().now_or_never() {
+                        sightings.push(next);
+                    }
+                    look = Look::seen(sightings);
                 }
                 Some(()) = changed(self.loaded.as_mut()) => {}
                 Some(()) = changed(self.working.as_mut()), if draining => {}
             }
             // However long a round takes under load, the fence task withdraws shards on time.
-            self.round().await;
-            let ownership = self.ownership(Instant::now());
-            let lost = tx.borrow().held.difference(&ownership.held).count();
-            self.metrics.losses.inc_by(lost as u64);
-            self.metrics.shards_held.set(ownership.held.len() as i64);
-            tx.send_if_modified(|current| {
-                let changed = current.held != ownership.held
-                    || current.members != ownership.members
-                    || current.yielding_to != ownership.yielding_to
-                    || current.warming != ownership.warming;
-                *current = ownership;
-                changed
-            });
+            self.round(&tx, look).await;
+            self.publish(&tx);
             if let Some(since) = self.leaving {
                 // With no heir that reports, the final stage hands everything over at once.
                 let leaving = Leaving {
@@ -332,12 +365,40 @@ impl Manager {
         self.release_all().await
     }
 
-    /// One look at the fleet's Leases and what follows from it: renew, release, acquire.
-    async fn round(&mut self) {
+    /// Publish what this replica may act on and what it warms, when that changed.
+    fn publish(&self, tx: &watch::Sender<Ownership>) {
+        let ownership = self.ownership(Instant::now());
+        let lost = tx.borrow().held.difference(&ownership.held).count();
+        self.metrics.losses.inc_by(lost as u64);
+        self.metrics.shards_held.set(ownership.held.len() as i64);
+        tx.send_if_modified(|current| {
+            let changed = current.held != ownership.held
+                || current.members != ownership.members
+                || current.yielding_to != ownership.yielding_to
+                || current.warming != ownership.warming;
+            *current = ownership;
+            changed
+        });
+    }
+
+    /// One look at the fleet's Leases and what follows from it: renew, release, acquire. What
+    /// it withdraws and what it is to warm are published before the writes are sent, and the
+    /// writes are sent at once.
+    async fn round(&mut self, tx: &watch::Sender<Ownership>, look: Look) {
         let now = Instant::now();
-        if let Err(err) = self.observe(now).await {
-            warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
-            return;
+        let current = !self.must_list
+            && !self.observed.is_empty()
+            && match look {
+                Look::List => false,
+                Look::Local => true,
+                Look::Seen(leases) => self.take_in(leases, now),
+            };
+        if !current {
+            if let Err(err) = self.observe(now).await {
+                warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
+                return;
+            }
+            self.must_list = false;
         }
         let members = self.live_members(Instant::now());
         let placing = self.placing_members(&members);
@@ -369,10 +430,12 @@ impl Manager {
         let desired: BTreeSet<u32> = (0..self.config.shards)
             .filter(|s| placed.get(*s as usize).is_some_and(|m| *m == self.config.identity))
             .collect();
+        // Free shards too: between this round's publish and its acquisition, a shard the
+        // previous holder just released must stay watched, or the watches drop and relist it.
         let warming: BTreeSet<u32> = match self.loaded {
             Some(_) => desired
                 .iter()
-                .filter(|s| holder_refs[**s as usize].is_some_and(|h| h != self.config.identity))
+                .filter(|s| holder_refs[**s as usize] != Some(self.config.identity.as_str()))
                 .copied()
                 .collect(),
             None => BTreeSet::new(),
@@ -381,17 +444,19 @@ impl Manager {
             info!(shards = %format_shards(&warming), "warming: loading the shards to take over before their holder hands them over");
             self.warming = warming;
         }
+        let mut actions = Vec::new();
         for shard in 0..self.config.shards {
             let name = self.config.shard_lease_name(shard);
             let observed = self.observed.get(&name).cloned();
             let held = observed.as_ref().is_some_and(|o| o.holder() == self.config.identity);
             let wanted = desired.contains(&shard);
+            let renew = Action::Shard { shard, observed: observed.clone(), renewing: true };
             match (held, wanted) {
                 (true, true) => {
                     self.draining.remove(&shard);
                     self.heir_waits.remove(&shard);
                     if self.renewal_due(shard) {
-                        self.write(shard, observed.as_ref(), true).await;
+                        actions.push(renew);
                     }
                 }
                 // Keep acting on it until the next holder has loaded it.
@@ -400,29 +465,37 @@ impl Manager {
                         && !self.heir_ready(shard, placed.get(shard as usize).copied()) =>
                 {
                     if self.renewal_due(shard) {
-                        self.write(shard, observed.as_ref(), true).await;
+                        actions.push(renew);
                     }
                 }
                 (true, false) if self.drained(shard) => {
                     self.draining.remove(&shard);
                     self.heir_waits.remove(&shard);
-                    self.release(shard, observed.as_ref()).await;
+                    lock(&self.last_ok_send).remove(&shard);
+                    if let Some(observed) = observed {
+                        actions.push(Action::Release { shard, observed });
+                    }
                 }
                 // Keep the Lease while the engine finishes with the shard.
-                (true, false) if self.renewal_due(shard) => self.write(shard, observed.as_ref(), true).await,
+                (true, false) if self.renewal_due(shard) => actions.push(renew),
                 (true, false) => {}
                 (false, true) => {
                     let free = observed
                         .as_ref()
                         .is_none_or(|o| o.holder().is_empty() || self.takeable(o, &members, Instant::now()));
                     if free {
-                        self.write(shard, observed.as_ref(), false).await;
+                        actions.push(Action::Shard { shard, observed, renewing: false });
                     }
                 }
                 (false, false) => {}
             }
         }
-        self.renew_membership().await;
+        actions.extend(self.membership_action());
+        self.publish(tx);
+        let applied = futures::future::join_all(actions.into_iter().map(|action| self.perform(action))).await;
+        for applied in applied {
+            self.apply(applied);
+        }
     }
 
     /// Whether a shard to move may be withdrawn: its next holder reported it loaded, does not
@@ -512,6 +585,22 @@ impl Manager {
         let_go || since.elapsed() >= self.config.renew_deadline
     }
 
+    /// Note Leases a watch saw, unless this replica holds a newer state of them (its own
+    /// writes). `false` when a resourceVersion does not parse: the round LISTs instead.
+    fn take_in(&mut self, leases: Vec<Lease>, now: Instant) -> bool {
+        for lease in leases {
+            let Some(name) = lease.metadata.name.clone() else { continue };
+            match supersedes(&lease, self.observed.get(&name).map(|o| &o.lease)) {
+                Some(true) => {
+                    self.observed.insert(name, Observed { lease, changed_at: now });
+                }
+                Some(false) => {}
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// LIST the fleet's Leases and note which changed since the last look.
     async fn observe(&mut self, now: Instant) -> Result<(), kube::Error> {
         let params = ListParams::default().labels(&format!("{FLEET_LABEL}={}", self.config.prefix));
@@ -582,90 +671,6 @@ impl Manager {
         members.into_iter().collect()
     }
 
-    /// Renew the membership Lease every retry period, and at once when what it tells the
-    /// others about a handoff changed.
-    async fn renew_membership(&mut self) {
-        let annotations = self.handoff_annotations();
-        let news = self.member_written.as_ref() != Some(&annotations);
-        if !news && self.member_renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
-            return;
-        }
-        let name = self.config.member_lease_name(&self.config.identity);
-        let observed = self.observed.get(&name).cloned();
-        let mut lease = self.lease_record(&name, "member", observed.as_ref(), &self.config.identity, false);
-        lease.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
-        let sent = Instant::now();
-        match self.put(&name, lease, observed.is_some()).await {
-            Ok(written) => {
-                self.member_renewed = Some(sent);
-                self.member_written = Some(annotations);
-                self.observed.insert(name, Observed { lease: written, changed_at: sent });
-            }
-            Err(err) => debug!(error = %err, "renewing the membership lease failed"),
-        }
-    }
-
-    /// Acquire (or renew, when `renewing`) a shard's Lease.
-    async fn write(&mut self, shard: u32, observed: Option<&Observed>, renewing: bool) {
-        let name = self.config.shard_lease_name(shard);
-        let lease = self.lease_record(&name, "shard", observed, &self.config.identity, renewing);
-        let sent = Instant::now();
-        match self.put(&name, lease, observed.is_some()).await {
-            Ok(written) => {
-                if !renewing {
-                    info!(shard, lease = %name, "shard lease acquired");
-                    self.metrics.acquisitions.inc();
-                    if let Some(previous) = observed {
-                        // From the moment this replica saw the Lease's last change to holding it.
-                        self.metrics.handoff.observe(sent.saturating_duration_since(previous.changed_at).as_secs_f64());
-                    }
-                }
-                lock(&self.last_ok_send).insert(shard, sent);
-                self.observed.insert(name, Observed { lease: written, changed_at: sent });
-            }
-            Err(err) if is_conflict(&err) && observed.is_none() => {
-                // A Lease our label selector does not see: Reloader's own lock, written before
-                // the swap. Observe it like any other; it is adopted once free or expired.
-                if let Ok(Ok(Some(existing))) = tokio::time::timeout(API_TIMEOUT, self.api.get_opt(&name)).await {
-                    debug!(shard, lease = %name, "found an unlabelled lease; waiting for it to be free or expire");
-                    self.adopted.insert(name.clone(), Observed { lease: existing, changed_at: Instant::now() });
-                }
-            }
-            Err(err) if is_conflict(&err) => debug!(shard, "lease write lost a race; deciding again next round"),
-            Err(err) => warn!(shard, error = %err, "lease write failed"),
-        }
-    }
-
-    async fn release(&mut self, shard: u32, observed: Option<&Observed>) {
-        lock(&self.last_ok_send).remove(&shard);
-        if let Some(observed) = observed
-            && let Some(released) = self.put_release(shard, observed).await
-        {
-            // Not ours on record any more: a leaving replica stops when it holds nothing.
-            let name = self.config.shard_lease_name(shard);
-            self.observed.insert(name, Observed { lease: released, changed_at: Instant::now() });
-        }
-    }
-
-    /// Write the Lease as free, as client-go does on release: no holder, 1 s duration.
-    async fn put_release(&self, shard: u32, observed: &Observed) -> Option<Lease> {
-        let name = self.config.shard_lease_name(shard);
-        let mut lease = observed.lease.clone();
-        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        spec.holder_identity = Some(String::new());
-        spec.lease_duration_seconds = Some(1);
-        match self.put(&name, lease, true).await {
-            Ok(released) => {
-                info!(shard, lease = %name, "shard lease released");
-                Some(released)
-            }
-            Err(err) => {
-                warn!(shard, error = %err, "releasing a shard lease failed; it will expire instead");
-                None
-            }
-        }
-    }
-
     async fn release_all(&mut self) -> Result<(), Error> {
         let mine: Vec<(u32, Observed)> = (0..self.config.shards)
             .filter_map(|s| {
@@ -681,51 +686,6 @@ impl Manager {
             Ok(Ok(_)) | Ok(Err(kube::Error::Api(_))) => Ok(()),
             Ok(Err(err)) => Err(Error::Release(err)),
             Err(_) => Ok(()),
-        }
-    }
-
-    /// The Lease to write: client-go LeaseLock fields, with the observed resourceVersion.
-    fn lease_record(&self, name: &str, role: &str, observed: Option<&Observed>, holder: &str, renewing: bool) -> Lease {
-        let now = MicroTime(jiff::Timestamp::now());
-        let previous = observed.and_then(|o| o.lease.spec.clone()).unwrap_or_default();
-        let same_holder = previous.holder_identity.as_deref() == Some(holder);
-        let transitions = previous.lease_transitions.unwrap_or(0) + i32::from(!same_holder && observed.is_some());
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(self.config.namespace.clone()),
-                resource_version: observed.and_then(Observed::resource_version),
-                annotations: Some(BTreeMap::from([(RING_ANNOTATION.to_string(), self.config.ring.clone())])),
-                labels: Some(BTreeMap::from([
-                    (FLEET_LABEL.to_string(), self.config.prefix.clone()),
-                    (ROLE_LABEL.to_string(), role.to_string()),
-                ])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(holder.to_string()),
-                lease_duration_seconds: Some(
-                    i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
-                ),
-                acquire_time: if renewing && same_holder { previous.acquire_time } else { Some(now.clone()) },
-                renew_time: Some(now),
-                lease_transitions: Some(transitions),
-                ..LeaseSpec::default()
-            }),
-        }
-    }
-
-    async fn put(&self, name: &str, lease: Lease, exists: bool) -> Result<Lease, kube::Error> {
-        let call = async {
-            if exists {
-                self.api.replace(name, &PostParams::default(), &lease).await
-            } else {
-                self.api.create(&PostParams::default(), &lease).await
-            }
-        };
-        match tokio::time::timeout(API_TIMEOUT, call).await {
-            Ok(result) => result,
-            Err(_) => Err(kube::Error::Service("lease write timed out".into())),
         }
     }
 
@@ -763,10 +723,44 @@ impl Manager {
     }
 }
 
+/// Whether `seen` is a newer state of a Lease than `known`; `None` when their
+/// resourceVersions do not tell.
+fn supersedes(seen: &Lease, known: Option<&Lease>) -> Option<bool> {
+    let seen = revision(seen.metadata.resource_version.as_deref())?;
+    match known {
+        None => Some(true),
+        Some(known) => Some(seen > revision(known.metadata.resource_version.as_deref())?),
+    }
+}
+
 pub(super) fn is_role(lease: &Lease, role: &str) -> bool {
     lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == role)
 }
 
 fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn at(resource_version: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta { resource_version: Some(resource_version.into()), ..ObjectMeta::default() },
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn a_watched_lease_never_undoes_a_newer_write_of_our_own() {
+        assert_eq!(supersedes(&at("12"), Some(&at("11"))), Some(true));
+        assert_eq!(supersedes(&at("12"), None), Some(true));
+        assert_eq!(supersedes(&at("11"), Some(&at("12"))), Some(false), "an event older than our write");
+        assert_eq!(supersedes(&at("12"), Some(&at("12"))), Some(false), "our own write, seen again");
+        assert_eq!(supersedes(&at("opaque"), Some(&at("12"))), None);
+        assert_eq!(supersedes(&at("12"), Some(&at("opaque"))), None);
+    }
 }
