@@ -450,13 +450,14 @@ impl Manager {
             let observed = self.observed.get(&name).cloned();
             let held = observed.as_ref().is_some_and(|o| o.holder() == self.config.identity);
             let wanted = desired.contains(&shard);
-            let renew = Action::Shard { shard, observed: observed.clone(), renewing: true };
+            let renew =
+                |observed: &Option<Observed>| Action::Shard { shard, observed: observed.clone(), renewing: true };
             match (held, wanted) {
                 (true, true) => {
                     self.draining.remove(&shard);
                     self.heir_waits.remove(&shard);
                     if self.renewal_due(shard) {
-                        actions.push(renew);
+                        actions.push(renew(&observed));
                     }
                 }
                 // Keep acting on it until the next holder has loaded it.
@@ -465,7 +466,7 @@ impl Manager {
                         && !self.heir_ready(shard, placed.get(shard as usize).copied()) =>
                 {
                     if self.renewal_due(shard) {
-                        actions.push(renew);
+                        actions.push(renew(&observed));
                     }
                 }
                 (true, false) if self.drained(shard) => {
@@ -477,7 +478,7 @@ impl Manager {
                     }
                 }
                 // Keep the Lease while the engine finishes with the shard.
-                (true, false) if self.renewal_due(shard) => actions.push(renew),
+                (true, false) if self.renewal_due(shard) => actions.push(renew(&observed)),
                 (true, false) => {}
                 (false, true) => {
                     let free = observed
