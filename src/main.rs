@@ -346,7 +346,7 @@ async fn main() -> anyhow::Result<()> {
             while ownership.changed().await.is_ok() {
                 let (held, watched) = {
                     let o = ownership.borrow_and_update();
-                    (o.held.clone(), o.held.union(&o.warming).copied().collect::<BTreeSet<u32>>())
+                    (o.held.clone(), o.to_watch(&watched_tx.borrow()))
                 };
                 owned_tx.send_if_modified(|current| std::mem::replace(current, held) != *current);
                 watched_tx.send_if_modified(|current| std::mem::replace(current, watched) != *current);

@@ -128,6 +128,7 @@ impl Leaving {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::Ownership;
 
     #[test]
     fn a_leaver_waits_only_while_it_serves_shards_an_heir_is_loading() {
@@ -146,6 +147,17 @@ mod tests {
         assert!(is_open::<()>(None));
         drop(tx);
         assert!(!is_open(Some(&rx)), "the engine or watch task that held the sender is gone");
+    }
+
+    #[test]
+    fn a_leaving_replica_keeps_watching_its_shards_until_it_holds_none() {
+        let watching = BTreeSet::from([1, 2, 3]);
+        let staying = Ownership { held: BTreeSet::from([1, 2]), warming: BTreeSet::from([4]), ..Default::default() };
+        assert_eq!(staying.to_watch(&watching), BTreeSet::from([1, 2, 4]), "held and warming, shard 3 dropped");
+        let leaving = Ownership { held: BTreeSet::from([2]), leaving: true, ..Default::default() };
+        assert_eq!(leaving.to_watch(&watching), watching, "shards let go stay watched while one is held");
+        let gone = Ownership { leaving: true, ..Default::default() };
+        assert_eq!(gone.to_watch(&watching), BTreeSet::new(), "nothing once nothing is held");
     }
 
     #[test]

@@ -145,6 +145,22 @@ pub struct Ownership {
     /// them, or they are free and about to be acquired): to watch now, so that they are loaded
     /// when their holder hands them over (see [`crate::lease::handoff`]).
     pub warming: BTreeSet<u32>,
+    /// This replica is leaving: it hands its shards over, one by one, and gains none.
+    pub leaving: bool,
+}
+
+impl Ownership {
+    /// The shards for the watches to load, given those they load now: the held and the
+    /// warming ones. A leaving replica's watches keep what they load until it holds nothing:
+    /// narrowing them to the shards still held would relist those (server-sharded watches
+    /// restart with a smaller selector) while the heirs list what they gain, on the same API
+    /// server. Its engine acts on held shards only.
+    pub fn to_watch(&self, watching: &BTreeSet<u32>) -> BTreeSet<u32> {
+        if self.leaving && !self.held.is_empty() {
+            return watching.union(&self.held).copied().collect();
+        }
+        self.held.union(&self.warming).copied().collect()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -720,7 +736,14 @@ impl Manager {
                 observed.map(|o| now.saturating_duration_since(o.changed_at).as_secs()).unwrap_or(0);
             shards.push(ShardStatus { shard, holder, state, observed_age_secs });
         }
-        Ownership { held, shards, members, yielding_to: self.yielding_to.clone(), warming: self.warming.clone() }
+        Ownership {
+            held,
+            shards,
+            members,
+            yielding_to: self.yielding_to.clone(),
+            warming: self.warming.clone(),
+            leaving: self.leaving.is_some(),
+        }
     }
 }
 

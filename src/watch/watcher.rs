@@ -23,6 +23,7 @@ use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -127,6 +128,8 @@ struct StreamState {
     seen: Option<Seen>,
     /// Ends the stream (it then leaves the merged stream).
     stop: CancellationToken,
+    /// When it started, for the log line of its first list.
+    started: Instant,
 }
 
 impl StreamState {
@@ -146,6 +149,10 @@ impl StreamState {
 
     /// End the list: the scope it covered and what it saw; anything else in that scope is gone.
     fn finish_list(&mut self) -> Listed {
+        if !self.synced_once {
+            let objects = self.seen.as_ref().map_or(0, HashSet::len);
+            debug!(namespace = ?self.namespace, group = ?self.group, objects, elapsed = ?self.started.elapsed(), "stream listed");
+        }
         self.synced_once = true;
         Listed {
             namespace: self.namespace.clone(),
@@ -740,6 +747,7 @@ impl WatchTask {
             synced_once: false,
             seen: None,
             stop: CancellationToken::new(),
+            started: Instant::now(),
         })
     }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 use futures::StreamExt;
 use kube::Client;
 use kube::runtime::watcher;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -201,6 +202,7 @@ impl WatchTask {
             synced_once: false,
             seen: None,
             stop,
+            started: Instant::now(),
         };
         self.streams.insert(id, state);
         self.metrics.streams_started.inc();
