@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::lease::assignment::assign;
 use crate::lease::fence::{fence, lock};
@@ -295,6 +295,15 @@ enum Look {
 }
 
 impl Look {
+    /// What started the round, for the debug log of a handoff's timeline.
+    fn cause(&self) -> &'static str {
+        match self {
+            Look::List => "look",
+            Look::Local => "local change",
+            Look::Seen(_) => "watched lease",
+        }
+    }
+
     fn seen(sightings: Vec<Sighting>) -> Self {
         let mut leases = Vec::with_capacity(sightings.len());
         for sighting in sightings {
@@ -349,7 +358,9 @@ impl Manager {
                 Some(()) = changed(self.working.as_mut()), if draining => {}
             }
             // However long a round takes under load, the fence task withdraws shards on time.
+            let (cause, started) = (look.cause(), Instant::now());
             self.round(&tx, look).await;
+            debug!(cause, took = ?started.elapsed(), "lease round");
             self.publish(&tx);
             if let Some(since) = self.leaving {
                 // With no heir that reports, the final stage hands everything over at once.
@@ -595,6 +606,7 @@ impl Manager {
     /// and until then the engine may still be taking it up.
     fn drained(&mut self, shard: u32) -> bool {
         let Some(since) = self.draining.get(&shard).copied() else {
+            debug!(shard, "withdrawing the shard from the engine before releasing it");
             self.draining.insert(shard, Instant::now());
             return false;
         };

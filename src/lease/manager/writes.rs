@@ -79,6 +79,7 @@ impl Manager {
                 let sent = Instant::now();
                 match self.put(&name, lease, exists).await {
                     Ok(written) => {
+                        debug!(annotations = ?annotations, took = ?sent.elapsed(), "membership lease written");
                         Applied::Member { name, observed: Observed { lease: written, changed_at: sent }, annotations }
                     }
                     Err(err) => {
