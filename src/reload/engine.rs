@@ -208,22 +208,8 @@ pub async fn run(
             () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
                 engine.write_deferred().await;
             }
-            // Writes that landed free what waits for them.
-            Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
-            // Changes already queued first (they are older than the channel's).
-            () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump().await,
-            Some(change) = changes.recv(), if engine.queue.len() < MAX_QUEUED => {
-                engine.enqueue(change, None);
-                engine.take_queued(&mut changes);
-            }
-            Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
-                let key = expired.into_inner();
-                engine.retry_keys.remove(&key);
-                engine.metrics.retries.inc();
-                // A retry acts on whatever the resource holds now.
-                let observed = engine.store.resource(&key).map(|s| s.hash);
-                engine.enqueue(Change { key, observed, previous: None, cause: Cause::Event }, None);
-            }
+            // Timers before changes: under a fan-out that keeps the queue full, the pause-period
+            // sweep, retries and checkpoint saves still run when due, each once.
             _ = tick.tick() => {
                 engine.resume_paused().await;
                 // Shards whose checkpoint could not be read yet.
@@ -240,6 +226,22 @@ pub async fn run(
                 if !engine.saved(saving.shards, done) {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
+            }
+            Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
+                let key = expired.into_inner();
+                engine.retry_keys.remove(&key);
+                engine.metrics.retries.inc();
+                // A retry acts on whatever the resource holds now.
+                let observed = engine.store.resource(&key).map(|s| s.hash);
+                engine.enqueue(Change { key, observed, previous: None, cause: Cause::Event }, None);
+            }
+            // Writes that landed free what waits for them.
+            Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
+            // Changes already queued first (they are older than the channel's).
+            () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump().await,
+            Some(change) = changes.recv(), if engine.queue.len() < MAX_QUEUED => {
+                engine.enqueue(change, None);
+                engine.take_queued(&mut changes);
             }
             else => break,
         }
