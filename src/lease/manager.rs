@@ -38,9 +38,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, ObjectList};
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -292,13 +293,21 @@ enum Look {
     Local,
     /// What was observed already, plus the Leases a watch just saw.
     Seen(Vec<Lease>),
+    /// What was observed already, merged with the answer of a LIST sent while rounds went on.
+    Listed(Result<ObjectList<Lease>, kube::Error>),
 }
+
+/// The LIST of a look, answered while rounds go on: under load it takes 0.1-0.4 s, and a
+/// round that waited for it held up a handoff's next step (an heir reporting a shard loaded,
+/// a leaver withdrawing it) by as much.
+type Listing = BoxFuture<'static, Result<ObjectList<Lease>, kube::Error>>;
 
 impl Look {
     /// What started the round, for the debug log of a handoff's timeline.
     fn cause(&self) -> &'static str {
         match self {
             Look::List => "look",
+            Look::Listed(_) => "listed",
             Look::Local => "local change",
             Look::Seen(_) => "watched lease",
         }
@@ -332,6 +341,7 @@ impl Manager {
         let mut tick = tokio::time::interval(self.config.retry_period.min(OBSERVE_PERIOD));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut events = lease_events(self.api.clone(), &self.config.prefix);
+        let mut listing: Option<Listing> = None;
         loop {
             let draining = !self.draining.is_empty();
             // A change here (leaving, loaded, let go) acts on what was observed already.
@@ -345,7 +355,18 @@ impl Manager {
                     info!("leaving: handing each shard over once its next holder has loaded it");
                     self.leaving = Some(Instant::now());
                 }
-                _ = tick.tick() => look = Look::List,
+                // The look's LIST goes out, and the round renews what is due meanwhile.
+                _ = tick.tick() => {
+                    if self.must_list || self.observed.is_empty() {
+                        look = Look::List;
+                    } else if listing.is_none() {
+                        listing = Some(self.list_leases());
+                    }
+                }
+                Some(listed) = async { Some(listing.as_mut()?.await) }, if listing.is_some() => {
+                    listing = None;
+                    look = Look::Listed(listed);
+                }
                 Some(first) = events.next() => {
                     // A replica leaving gives back all its Leases at once: one round for them.
                     let mut sightings = vec![first];
@@ -419,6 +440,11 @@ impl Manager {
                 Look::List => false,
                 Look::Local => true,
                 Look::Seen(leases) => self.take_in(leases, now),
+                Look::Listed(Ok(list)) => self.take_listing(list, now).await,
+                Look::Listed(Err(err)) => {
+                    warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
+                    true
+                }
             };
         if !current {
             if let Err(err) = self.observe(now).await {
@@ -630,22 +656,31 @@ impl Manager {
         true
     }
 
+    /// The LIST of the fleet's Leases, to await now or alongside the rounds.
+    fn list_leases(&self) -> Listing {
+        let api = self.api.clone();
+        let params = ListParams::default().labels(&format!("{FLEET_LABEL}={}", self.config.prefix));
+        async move {
+            match tokio::time::timeout(API_TIMEOUT, api.list(&params)).await {
+                Ok(result) => result,
+                Err(_) => Err(kube::Error::Service("listing leases timed out".into())),
+            }
+        }
+        .boxed()
+    }
+
     /// LIST the fleet's Leases and note which changed since the last look.
     async fn observe(&mut self, now: Instant) -> Result<(), kube::Error> {
-        let params = ListParams::default().labels(&format!("{FLEET_LABEL}={}", self.config.prefix));
-        let list = match tokio::time::timeout(API_TIMEOUT, self.api.list(&params)).await {
-            Ok(result) => result?,
-            Err(_) => return Err(kube::Error::Service("listing leases timed out".into())),
-        };
-        let mut seen = HashMap::new();
-        for lease in list.items {
-            let Some(name) = lease.metadata.name.clone() else { continue };
-            let changed_at = match self.observed.get(&name) {
-                Some(old) if old.lease.metadata.resource_version == lease.metadata.resource_version => old.changed_at,
-                _ => now,
-            };
-            seen.insert(name, Observed { lease, changed_at });
-        }
+        let list = self.list_leases().await?;
+        self.take_listing(list, now).await;
+        Ok(())
+    }
+
+    /// Take in a LIST of the fleet's Leases (see [`merge_listing`]), and refresh the Leases
+    /// adopted from outside the fleet's labels. Always true: what is observed is current.
+    async fn take_listing(&mut self, list: ObjectList<Lease>, now: Instant) -> bool {
+        let adopted = &self.adopted;
+        let mut seen = merge_listing(&self.observed, list, now, |name| !adopted.contains_key(name));
         // Unlabelled Leases are refreshed by GET until one of our writes labels them.
         for (name, old) in std::mem::take(&mut self.adopted) {
             if seen.contains_key(&name) {
@@ -669,7 +704,7 @@ impl Manager {
             }
         }
         self.observed = seen;
-        Ok(())
+        true
     }
 
     /// The ring this replica must give way to: that of a live Lease held by another replica
@@ -759,6 +794,41 @@ impl Manager {
     }
 }
 
+/// The Leases observed after a LIST, noting which changed since the last look. A LIST
+/// answered while rounds went on may be older than what they wrote or watched meanwhile: a
+/// Lease known at a newer resourceVersion stays as known (a release of ours must never come
+/// back as held), and so does one missing from the LIST but written after its snapshot (of
+/// those `labelled`: the others are never listed).
+fn merge_listing(
+    observed: &HashMap<String, Observed>,
+    list: ObjectList<Lease>,
+    now: Instant,
+    labelled: impl Fn(&str) -> bool,
+) -> HashMap<String, Observed> {
+    let snapshot = revision(list.metadata.resource_version.as_deref());
+    let mut seen = HashMap::new();
+    for lease in list.items {
+        let Some(name) = lease.metadata.name.clone() else { continue };
+        let known = observed.get(&name);
+        if let Some(known) = known.filter(|k| supersedes(&k.lease, Some(&lease)) == Some(true)) {
+            seen.insert(name, known.clone());
+            continue;
+        }
+        let changed_at = match known {
+            Some(old) if old.lease.metadata.resource_version == lease.metadata.resource_version => old.changed_at,
+            _ => now,
+        };
+        seen.insert(name, Observed { lease, changed_at });
+    }
+    for (name, known) in observed {
+        let written_since = snapshot.zip(revision(known.lease.metadata.resource_version.as_deref()));
+        if labelled(name) && !seen.contains_key(name) && written_since.is_some_and(|(listed, known)| known > listed) {
+            seen.insert(name.clone(), known.clone());
+        }
+    }
+    seen
+}
+
 /// Whether `seen` is a newer state of a Lease than `known`; `None` when their
 /// resourceVersions do not tell.
 fn supersedes(seen: &Lease, known: Option<&Lease>) -> Option<bool> {
@@ -788,6 +858,46 @@ mod tests {
             metadata: ObjectMeta { resource_version: Some(resource_version.into()), ..ObjectMeta::default() },
             ..Lease::default()
         }
+    }
+
+    fn named(name: &str, resource_version: &str) -> Lease {
+        let mut lease = at(resource_version);
+        lease.metadata.name = Some(name.into());
+        lease
+    }
+
+    fn listing(resource_version: &str, items: Vec<Lease>) -> ObjectList<Lease> {
+        ObjectList {
+            types: Default::default(),
+            metadata: kube::api::ListMeta { resource_version: Some(resource_version.into()), ..Default::default() },
+            items,
+        }
+    }
+
+    #[test]
+    fn a_listing_answered_late_never_undoes_what_was_written_meanwhile() {
+        let then = Instant::now();
+        let known = |name: &str, rv: &str| (name.to_string(), Observed { lease: named(name, rv), changed_at: then });
+        let observed = HashMap::from([
+            known("released-by-us", "20"),
+            known("unchanged", "5"),
+            known("renewed-by-them", "6"),
+            known("created-since", "21"),
+            known("deleted", "7"),
+        ]);
+        let list =
+            listing("15", vec![named("released-by-us", "12"), named("unchanged", "5"), named("renewed-by-them", "14")]);
+        let later = then + Duration::from_secs(1);
+        let merged = merge_listing(&observed, list, later, |_| true);
+        let rv = |name: &str| merged.get(name).and_then(|o| o.lease.metadata.resource_version.clone());
+        assert_eq!(rv("released-by-us").as_deref(), Some("20"), "our newer write stays");
+        assert_eq!(rv("renewed-by-them").as_deref(), Some("14"), "their newer write is taken in");
+        assert_eq!(merged["renewed-by-them"].changed_at, later, "and noted as changed now");
+        assert_eq!(merged["unchanged"].changed_at, then, "an unchanged Lease keeps when it last changed");
+        assert_eq!(rv("created-since").as_deref(), Some("21"), "created after the snapshot: kept");
+        assert!(!merged.contains_key("deleted"), "gone before the snapshot: dropped");
+        let unlabelled = merge_listing(&observed, listing("15", vec![]), later, |name| name != "created-since");
+        assert!(!unlabelled.contains_key("created-since"), "a Lease never listed is not kept by the listing");
     }
 
     #[test]
