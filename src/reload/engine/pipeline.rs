@@ -13,7 +13,7 @@
 //! left (the overlay) and one workload's writes stay in order. A replay stays harmless as
 //! before: a write records its hash, and a hash already recorded plans no write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,10 +239,14 @@ impl Engine {
         self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
     }
 
-    /// Wait for every change in flight to land.
-    pub(super) async fn drain(&mut self) {
-        while let Some(landed) = self.pipeline.next_landed().await {
-            self.land(landed);
+    /// Wait until no change of `shards` is in flight; the others' writes run on (a leaving
+    /// replica's remaining shards keep their writes going while it lets go of some).
+    pub(super) async fn drain_shards(&mut self, shards: &BTreeSet<u32>) {
+        while self.pipeline.resources.iter().any(|key| shards.contains(&self.shard_of(key))) {
+            match self.pipeline.next_landed().await {
+                Some(landed) => self.land(landed),
+                None => break,
+            }
         }
     }
 

@@ -106,11 +106,14 @@ impl Engine {
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
         // A background save writes copies of the checkpoints: done before any is dropped,
         // replaced or written here, so that no stale copy is written after them.
+        let started = tokio::time::Instant::now();
         self.finish_saving().await;
         let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         if !lost.is_empty() {
+            let saved = started.elapsed();
             // A lost shard's writes land (and are recorded) before its checkpoint is saved.
-            self.drain().await;
+            self.drain_shards(&lost).await;
+            debug!(shards = ?lost, save_in_flight = ?saved, writes_in_flight = ?started.elapsed() - saved, "letting go: waited");
         }
         // Saved together, with one retry: after that, the next owner replays the recent changes
         // (harmless). Every lost shard is saved (a save that would write what the checkpoint
@@ -132,7 +135,7 @@ impl Engine {
             // Deferred writes are dropped: their changes were never marked handled, so the
             // next owner acts on them again.
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
-            info!(shard, "shard let go");
+            info!(shard, took = ?started.elapsed(), "shard let go");
         }
         // Owned now, and said so before acting: a Lease is never released under a shard being
         // taken up (the lease room withdraws it, then waits for it to leave `active`).
