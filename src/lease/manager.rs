@@ -440,7 +440,10 @@ impl Manager {
                 Look::List => false,
                 Look::Local => true,
                 Look::Seen(leases) => self.take_in(leases, now),
-                Look::Listed(Ok(list)) => self.take_listing(list, now).await,
+                Look::Listed(Ok(list)) => {
+                    self.take_listing(list, now).await;
+                    true
+                }
                 Look::Listed(Err(err)) => {
                     warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
                     true
@@ -677,8 +680,8 @@ impl Manager {
     }
 
     /// Take in a LIST of the fleet's Leases (see [`merge_listing`]), and refresh the Leases
-    /// adopted from outside the fleet's labels. Always true: what is observed is current.
-    async fn take_listing(&mut self, list: ObjectList<Lease>, now: Instant) -> bool {
+    /// adopted from outside the fleet's labels.
+    async fn take_listing(&mut self, list: ObjectList<Lease>, now: Instant) {
         let adopted = &self.adopted;
         let mut seen = merge_listing(&self.observed, list, now, |name| !adopted.contains_key(name));
         // Unlabelled Leases are refreshed by GET until one of our writes labels them.
@@ -704,7 +707,6 @@ impl Manager {
             }
         }
         self.observed = seen;
-        true
     }
 
     /// The ring this replica must give way to: that of a live Lease held by another replica
