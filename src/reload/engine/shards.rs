@@ -104,9 +104,9 @@ impl Engine {
     }
 
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
+        let started = tokio::time::Instant::now();
         // A background save writes copies of the checkpoints: done before any is dropped,
         // replaced or written here, so that no stale copy is written after them.
-        let started = tokio::time::Instant::now();
         self.finish_saving().await;
         let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         if !lost.is_empty() {
