@@ -242,17 +242,18 @@ impl Engine {
     /// Wait until no change of `shards` is in flight; the others' writes run on (a leaving
     /// replica's remaining shards keep their writes going while it lets go of some).
     pub(super) async fn drain_shards(&mut self, shards: &BTreeSet<u32>) {
-        while self.pipeline.resources.iter().any(|key| shards.contains(&self.shard_of(key))) {
-            match self.pipeline.next_landed().await {
-                Some(landed) => self.land(landed),
-                None => break,
-            }
-        }
+        self.land_while(|engine| engine.pipeline.resources.iter().any(|key| shards.contains(&engine.shard_of(key))))
+            .await;
     }
 
     /// Wait until no write of `workload` is in flight (before writing it outside the pipeline).
     pub(super) async fn wait_for(&mut self, workload: &WorkloadKey) {
-        while self.pipeline.claims(workload) {
+        self.land_while(|engine| engine.pipeline.claims(workload)).await;
+    }
+
+    /// Land changes as they come back while `busy` holds (or nothing is in flight any more).
+    async fn land_while(&mut self, busy: impl Fn(&Self) -> bool) {
+        while busy(self) {
             match self.pipeline.next_landed().await {
                 Some(landed) => self.land(landed),
                 None => break,
