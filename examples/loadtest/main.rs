@@ -31,6 +31,8 @@ const LABEL: &str = "reloader-fleet.loadtest";
 const HOME: &str = "lt-home";
 /// Updates a second unless told otherwise (S3).
 const DEFAULT_RATE: u64 = 25;
+/// How long after the updates the settled RSS is read.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// What the updates change.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -122,15 +124,20 @@ async fn main() -> anyhow::Result<()> {
     let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
 
     let server_port = server_port()?;
+    let rss_after: Vec<f64> = pids.iter().map(|p| rss_mib(*p).unwrap_or(0.0)).collect();
+    // What the allocator still holds of the updates' garbage is gone a few seconds later: what
+    // a replica keeps is the settled figure.
+    tokio::time::sleep(SETTLE).await;
     for (i, (child, port)) in controllers.iter().enumerate() {
         let pid = child.id().unwrap_or(0);
-        let rss = rss_mib(pid).unwrap_or(0.0);
+        let (rss, settled) = (rss_after[i], rss_mib(pid).unwrap_or(0.0));
         let conns = connections(pid, server_port).await;
         let diff =
             |verb: &str| after[i].get(verb).copied().unwrap_or(0.0) - before[i].get(verb).copied().unwrap_or(0.0);
         let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu_before[i];
         println!(
-            "replica {i} (:{port}): RSS {rss:.1} MiB, {conns} connections to the API server, {} namespaces; during updates: {cpu:.2} CPU s, {:.0} KiB of watch responses, {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT), {} objects received, {} of them foreign",
+            "replica {i} (:{port}): RSS {rss:.1} MiB ({settled:.1} MiB {}s later), {conns} connections to the API server, {} namespaces; during updates: {cpu:.2} CPU s, {:.0} KiB of watch responses, {} PATCH, {} LIST, {} GET (+ {} lease LIST, {} lease PUT), {} objects received, {} of them foreign",
+            SETTLE.as_secs(),
             metric(*port, "reloader_namespaces_owned").await,
             diff("watch-bytes") / 1024.0,
             diff("patch"),

@@ -31,8 +31,7 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 pub type ShortHash = u64;
 
 pub fn short(hash: &DataHash) -> ShortHash {
-    let text = hash.to_string();
-    u64::from_str_radix(&text[..16], 16).unwrap_or_default()
+    hash.short()
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,14 @@ use sha1::{Digest, Sha1};
 pub struct DataHash([u8; 20]);
 
 impl DataHash {
+    /// Its first 8 bytes as a number (the first 16 hex characters): what a checkpoint keeps,
+    /// and what the store keeps of a resource's load-time hash.
+    pub fn short(&self) -> u64 {
+        let mut head = [0; 8];
+        head.copy_from_slice(&self.0[..8]);
+        u64::from_be_bytes(head)
+    }
+
     /// The hash of arbitrary bytes (`GenerateSHA` in Reloader).
     pub fn of_bytes(bytes: &[u8]) -> Self {
         DataHash(Sha1::digest(bytes).into())
@@ -126,6 +134,14 @@ mod tests {
             .unwrap_or_else(|| panic!("golden vector {name} missing"))
             .trim()
             .to_string()
+    }
+
+    #[test]
+    fn the_short_form_is_the_first_sixteen_hex_characters_as_checkpoints_store_them() {
+        let hash = DataHash::of_bytes(b"a=1");
+        let text = hash.to_string();
+        assert_eq!(format!("{:016x}", hash.short()), text[..16]);
+        assert_ne!(hash.short(), DataHash::of_bytes(b"a=2").short());
     }
 
     #[test]

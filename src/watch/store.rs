@@ -14,7 +14,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::watch::{DataHash, ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
 
 #[derive(Default)]
 struct Inner {
@@ -33,8 +33,9 @@ struct Entry {
     /// The hash the resource had when it was loaded (by a list, or as the baseline of a
     /// namespace that joined); none for a resource a watch event created. Changes made since
     /// may still be on their way to the engine, which takes this, not the current hash, as what
-    /// was known before them.
-    baseline: Option<DataHash>,
+    /// was known before them. Its [`short`](crate::watch::DataHash::short) form, as bytes: the entry stays 31 bytes
+    /// (a whole hash made it 43, and 60,000 resources sit in a table of 131,072 slots).
+    baseline: Option<[u8; 8]>,
 }
 
 /// Workload keys sorted without duplicates. Most resources are used by one or two workloads:
@@ -139,15 +140,16 @@ impl Store {
         self.read().resources.iter().map(|(k, e)| (k.clone(), e.state.clone())).collect()
     }
 
-    /// The load-time hashes ([`Entry::baseline`]) of the resources for which `keep` holds.
-    pub fn baselines(&self, keep: impl Fn(&ResourceKey) -> bool) -> HashMap<ResourceKey, DataHash> {
+    /// The load-time hashes ([`Entry::baseline`], in [`short`](crate::watch::DataHash::short) form) of the resources
+    /// for which `keep` holds.
+    pub fn baselines(&self, keep: impl Fn(&ResourceKey) -> bool) -> HashMap<ResourceKey, u64> {
         let inner = self.read();
         inner
             .resources
             .iter()
             .filter_map(|(k, e)| Some((k, e.baseline?)))
             .filter(|(k, _)| keep(k))
-            .map(|(k, h)| (k.clone(), h))
+            .map(|(k, h)| (k.clone(), u64::from_be_bytes(h)))
             .collect()
     }
 
@@ -205,7 +207,7 @@ impl Writer {
         }
         key.namespace = inner.shared(&key.namespace);
         let namespace = key.namespace.clone();
-        let baseline = loaded.then_some(state.hash);
+        let baseline = loaded.then(|| state.hash.short().to_be_bytes());
         inner.resources.insert(key, Entry { state, baseline });
         inner.count(&namespace, true);
         None
@@ -379,7 +381,7 @@ mod tests {
         writer.apply_created_resource(cm("a", "created"), state(b"0"));
         writer.apply_resource(cm("b", "listed"), state(b"0"));
         let in_a = store.baselines(|k| &*k.namespace == "a");
-        assert_eq!(in_a, HashMap::from([(cm("a", "listed"), DataHash::of_bytes(b"0"))]));
+        assert_eq!(in_a, HashMap::from([(cm("a", "listed"), DataHash::of_bytes(b"0").short())]));
         writer.delete_resource(&cm("a", "listed"));
         let (forgotten, _) = writer.forget_namespace("b");
         assert_eq!(forgotten, vec![(cm("b", "listed"), state(b"0"))]);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::reload::checkpoint::{ShortHash, short};
+use crate::reload::checkpoint::ShortHash;
 use crate::shard::Ring;
 use crate::watch::{ResourceKey, Store};
 
@@ -60,7 +60,7 @@ impl Acted {
 pub(super) fn entries(acted: &ShardMap, shard: u32, store: &Store, ring: &Ring) -> ShardMap {
     let mut entries = acted.clone();
     for (key, loaded) in store.baselines(|k| ring.shard_of(&k.namespace) == shard) {
-        entries.entry(key).or_insert_with(|| short(&loaded));
+        entries.entry(key).or_insert(loaded);
     }
     entries
 }

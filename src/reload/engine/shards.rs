@@ -55,9 +55,9 @@ impl Engine {
                 // Reloader's default: what the first list found is the baseline. A change since
                 // (the store may be ahead of the changes on their way here) is acted on now.
                 None if first_start => match baselines.get(key) {
-                    Some(loaded) => {
-                        self.acted.insert(key.clone(), short(loaded));
-                        if *loaded != state.hash {
+                    Some(&loaded) => {
+                        self.acted.insert(key.clone(), loaded);
+                        if loaded != short(&state.hash) {
                             work.push((change, None));
                         }
                     }
