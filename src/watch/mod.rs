@@ -8,6 +8,7 @@ mod hash;
 mod kind;
 mod metrics;
 mod object;
+mod resource_map;
 mod server_shards;
 mod store;
 mod watcher;
@@ -20,6 +21,7 @@ pub use object::{
     Annotations, Cause, Change, Container, PodTemplate, Reference, ResourceKey, ResourceKind, ResourceState, Stored,
     Volume, Workload, WorkloadKey,
 };
+pub use resource_map::ResourceMap;
 pub use server_shards::ServerShards;
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run, streaming_lists_served};

@@ -14,13 +14,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{ResourceKey, ResourceKind, ResourceMap, ResourceState, Workload, WorkloadKey, WorkloadKind};
 
 #[derive(Default)]
 struct Inner {
-    resources: HashMap<ResourceKey, Entry>,
+    resources: ResourceMap<Entry>,
     workloads: HashMap<WorkloadKey, Arc<Workload>>,
-    refs: HashMap<ResourceKey, KeySet>,
+    refs: ResourceMap<KeySet>,
     explicit: HashMap<Arc<str>, KeySet>,
     /// Stored objects (resources and workloads) per namespace; a namespace is here while it
     /// has at least one.
@@ -33,8 +33,8 @@ struct Entry {
     /// The hash the resource had when it was loaded (by a list, or as the baseline of a
     /// namespace that joined); none for a resource a watch event created. Changes made since
     /// may still be on their way to the engine, which takes this, not the current hash, as what
-    /// was known before them. Its [`short`](crate::watch::DataHash::short) form, as bytes: the entry stays 31 bytes
-    /// (a whole hash made it 43, and 60,000 resources sit in a table of 131,072 slots).
+    /// was known before them. Its [`short`](crate::watch::DataHash::short) form, as bytes: the
+    /// entry stays 31 bytes (a whole hash made it 43; 60,000 resources are stored).
     baseline: Option<[u8; 8]>,
 }
 
@@ -135,27 +135,26 @@ impl Store {
         self.read().workloads.values().filter(|w| predicate(w)).cloned().collect()
     }
 
-    /// Every stored resource with its state: the input of a reconcile after (re)sync.
-    pub fn resources(&self) -> Vec<(ResourceKey, ResourceState)> {
-        self.read().resources.iter().map(|(k, e)| (k.clone(), e.state.clone())).collect()
+    /// The stored resources in the namespaces for which `keep` holds, with their states: what
+    /// a shard compares with its checkpoint.
+    pub fn resources_in(&self, keep: impl Fn(&str) -> bool) -> Vec<(ResourceKey, ResourceState)> {
+        self.read().resources.iter_namespaces(keep).map(|(k, e)| (k, e.state.clone())).collect()
     }
 
-    /// The load-time hashes ([`Entry::baseline`], in [`short`](crate::watch::DataHash::short) form) of the resources
-    /// for which `keep` holds.
-    pub fn baselines(&self, keep: impl Fn(&ResourceKey) -> bool) -> HashMap<ResourceKey, u64> {
+    /// The load-time hashes ([`Entry::baseline`], in [`short`](crate::watch::DataHash::short)
+    /// form) of the resources in the namespaces for which `keep` holds.
+    pub fn baselines(&self, keep: impl Fn(&str) -> bool) -> HashMap<ResourceKey, u64> {
         let inner = self.read();
-        inner
-            .resources
-            .iter()
-            .filter_map(|(k, e)| Some((k, e.baseline?)))
-            .filter(|(k, _)| keep(k))
-            .map(|(k, h)| (k.clone(), u64::from_be_bytes(h)))
-            .collect()
+        inner.resources.iter_namespaces(keep).filter_map(|(k, e)| Some((k, u64::from_be_bytes(e.baseline?)))).collect()
     }
 
     /// Keys of stored resources of `kind`, optionally only in one namespace.
     pub fn resource_keys(&self, kind: ResourceKind, namespace: Option<&str>) -> Vec<ResourceKey> {
-        keys_in(self.read().resources.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
+        let inner = self.read();
+        match namespace {
+            Some(ns) => inner.resources.in_namespace(ns).map(|(k, _)| k).filter(|k| k.kind == kind).collect(),
+            None => inner.resources.keys().filter(|k| k.kind == kind).collect(),
+        }
     }
 
     /// Every namespace with a stored object.
@@ -248,7 +247,7 @@ impl Writer {
         }
         for (kind, name) in workload.template.references() {
             let rkey = ResourceKey { kind: *kind, namespace: key.namespace.clone(), name: name.clone() };
-            inner.refs.entry(rkey).or_default().insert(key.clone());
+            inner.refs.get_or_insert_with(rkey, KeySet::default).insert(key.clone());
         }
         if explicit {
             inner.explicit.entry(key.namespace.clone()).or_default().insert(key);
@@ -267,11 +266,10 @@ impl Writer {
     /// resources and workloads as they were.
     pub fn forget_namespace(&self, namespace: &str) -> (Vec<(ResourceKey, ResourceState)>, Vec<Arc<Workload>>) {
         let mut inner = self.write();
-        let keys = keys_in(inner.resources.keys(), |k| &*k.namespace == namespace);
-        let resources = keys.into_iter().filter_map(|k| inner.resources.remove(&k).map(|e| (k, e.state))).collect();
+        let resources = inner.resources.remove_namespace(namespace).into_iter().map(|(k, e)| (k, e.state)).collect();
         let keys = keys_in(inner.workloads.keys(), |k| &*k.namespace == namespace);
         let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
-        inner.refs.retain(|k, _| &*k.namespace != namespace);
+        inner.refs.remove_namespace(namespace);
         inner.explicit.remove(namespace);
         inner.per_namespace.remove(namespace);
         (resources, workloads)
@@ -380,7 +378,7 @@ mod tests {
         writer.apply_resource(cm("a", "listed"), state(b"1"));
         writer.apply_created_resource(cm("a", "created"), state(b"0"));
         writer.apply_resource(cm("b", "listed"), state(b"0"));
-        let in_a = store.baselines(|k| &*k.namespace == "a");
+        let in_a = store.baselines(|ns| ns == "a");
         assert_eq!(in_a, HashMap::from([(cm("a", "listed"), DataHash::of_bytes(b"0").short())]));
         writer.delete_resource(&cm("a", "listed"));
         let (forgotten, _) = writer.forget_namespace("b");

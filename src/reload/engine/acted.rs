@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::reload::checkpoint::ShortHash;
 use crate::shard::Ring;
-use crate::watch::{ResourceKey, Store};
+use crate::watch::{ResourceKey, ResourceMap, Store};
 
 /// The checkpoint's content of every active shard. A shard's map is shared with a save in
 /// flight and copied only if the engine changes it meanwhile (a save of every shard used to
@@ -18,7 +18,7 @@ pub(super) struct Acted {
 }
 
 /// One shard's acted-on hashes.
-pub(super) type ShardMap = HashMap<ResourceKey, ShortHash>;
+pub(super) type ShardMap = ResourceMap<ShortHash>;
 
 /// Per shard, the acted-on hashes as they were when a save began.
 pub(super) type Copies = HashMap<u32, Arc<ShardMap>>;
@@ -45,7 +45,7 @@ impl Acted {
 
     /// Forget a shard let go of; returns its keys.
     pub fn forget(&mut self, shard: u32) -> Vec<ResourceKey> {
-        self.shards.remove(&shard).map(|map| map.keys().cloned().collect()).unwrap_or_default()
+        self.shards.remove(&shard).map(|map| map.keys().collect()).unwrap_or_default()
     }
 
     /// The acted-on hashes of `shards` as they are now, for [`entries`] (no copy is made).
@@ -59,8 +59,8 @@ impl Acted {
 /// owner too). Built for one shard at a time, just before its save.
 pub(super) fn entries(acted: &ShardMap, shard: u32, store: &Store, ring: &Ring) -> ShardMap {
     let mut entries = acted.clone();
-    for (key, loaded) in store.baselines(|k| ring.shard_of(&k.namespace) == shard) {
-        entries.entry(key).or_insert(loaded);
+    for (key, loaded) in store.baselines(|ns| ring.shard_of(ns) == shard) {
+        entries.get_or_insert_with(key, || loaded);
     }
     entries
 }

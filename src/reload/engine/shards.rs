@@ -38,8 +38,12 @@ impl Engine {
         let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
         let mut work = Vec::new();
         let current: Vec<(ResourceKey, ResourceState)> =
-            self.store.resources().into_iter().filter(|(k, _)| self.shard_of(k) == shard).collect();
-        let baselines = if first_start { self.store.baselines(|k| self.shard_of(k) == shard) } else { HashMap::new() };
+            self.store.resources_in(|ns| self.config.ring.shard_of(ns) == shard);
+        let baselines = if first_start {
+            self.store.baselines(|ns| self.config.ring.shard_of(ns) == shard)
+        } else {
+            HashMap::new()
+        };
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
         for (key, state) in &current {
             let change = Change { key: key.clone(), observed: Some(state.hash), previous: None, cause: Cause::Event };
