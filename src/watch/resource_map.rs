@@ -97,6 +97,19 @@ impl<V> Group<V> {
         }
     }
 
+    /// Keeps the entries for which `keep` (kind, name, value) holds.
+    fn retain(&mut self, mut keep: impl FnMut(ResourceKind, &Arc<str>, &mut V) -> bool) {
+        match self {
+            Group::Few(entries) => {
+                entries.retain_mut(|(k, n, v)| keep(*k, n, v));
+                if entries.len() <= entries.capacity() / 2 {
+                    entries.shrink_to_fit();
+                }
+            }
+            Group::Many(map) => map.retain(|(k, n), v| keep(*k, n, v)),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Group::Few(entries) => entries.len(),
@@ -186,6 +199,28 @@ impl<V> ResourceMap<V> {
             .collect()
     }
 
+    /// Removes and returns every entry of the namespaces for which `take` holds.
+    pub fn remove_namespaces(&mut self, take: impl Fn(&str) -> bool) -> Vec<(ResourceKey, V)> {
+        let taken: Vec<Arc<str>> = self.namespaces.keys().filter(|ns| take(ns)).cloned().collect();
+        taken.iter().flat_map(|ns| self.remove_namespace(ns)).collect()
+    }
+
+    /// Keeps the entries for which `keep` (kind, namespace, name, value) holds.
+    pub fn retain(&mut self, mut keep: impl FnMut(ResourceKind, &Arc<str>, &Arc<str>, &mut V) -> bool) {
+        let mut len = 0;
+        self.namespaces.retain(|ns, group| {
+            group.retain(|kind, name, value| keep(kind, ns, name, value));
+            len += group.len();
+            group.len() > 0
+        });
+        self.len = len;
+    }
+
+    pub fn clear(&mut self) {
+        self.namespaces.clear();
+        self.len = 0;
+    }
+
     /// Every entry, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (ResourceKey, &V)> {
         self.iter_namespaces(|_| true)
@@ -247,6 +282,8 @@ mod tests {
         Insert(u8, u8, u8, u32),
         Remove(u8, u8, u8),
         RemoveNamespace(u8),
+        /// Keep the entries whose name's number is not a multiple of this.
+        Retain(u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -255,6 +292,7 @@ mod tests {
             6 => (0..3u8, 0..3u8, 0..80u8, any::<u32>()).prop_map(|(k, ns, n, v)| Op::Insert(k, ns, n, v)),
             3 => (0..3u8, 0..3u8, 0..80u8).prop_map(|(k, ns, n)| Op::Remove(k, ns, n)),
             1 => (0..3u8).prop_map(Op::RemoveNamespace),
+            1 => (2..9u8).prop_map(Op::Retain),
         ]
     }
 
@@ -275,6 +313,11 @@ mod tests {
                         gone.sort();
                         expected.sort();
                         prop_assert_eq!(gone, expected);
+                    }
+                    Op::Retain(m) => {
+                        let keep = |name: &str| name.trim_start_matches("n-").parse::<u8>().is_ok_and(|n| n % m != 0);
+                        map.retain(|_, _, name, _| keep(name));
+                        model.retain(|k, _| keep(&k.name));
                     }
                 }
                 prop_assert_eq!(map.len(), model.len());
@@ -298,6 +341,17 @@ mod tests {
         assert_eq!(map.remove(&key(1, 1, 2)), Some(2));
         assert!(map.is_empty());
         assert!(map.namespaces.is_empty());
+    }
+
+    #[test]
+    fn namespaces_are_removed_by_a_predicate() {
+        let mut map: ResourceMap<u32> = (0..4).map(|ns| (key(0, ns, 0), u32::from(ns))).collect();
+        let mut taken = map.remove_namespaces(|ns| ns == "ns-1" || ns == "ns-3");
+        taken.sort();
+        assert_eq!(taken, vec![(key(0, 1, 0), 1), (key(0, 3, 0), 3)]);
+        assert_eq!(map.len(), 2);
+        map.clear();
+        assert!(map.is_empty() && map.get(&key(0, 0, 0)).is_none());
     }
 
     #[test]

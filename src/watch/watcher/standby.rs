@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Seen;
-use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{ResourceKey, ResourceKind, ResourceMap, ResourceState, Workload, WorkloadKey, WorkloadKind};
 
 #[derive(Default)]
 pub(super) struct Standby {
-    resources: HashMap<ResourceKey, ResourceState>,
+    resources: ResourceMap<ResourceState>,
     workloads: HashMap<WorkloadKey, Arc<Workload>>,
 }
 
@@ -45,7 +45,7 @@ impl Standby {
 
     /// A cluster-wide list of `kind` ended: what it did not list is gone.
     pub fn retain_listed_resources(&mut self, kind: ResourceKind, seen: &Seen) {
-        self.resources.retain(|k, _| k.kind != kind || seen.contains(&(k.namespace.clone(), k.name.clone())));
+        self.resources.retain(|k, ns, name, _| k != kind || seen.contains(&(ns.clone(), name.clone())));
     }
 
     pub fn retain_listed_workloads(&mut self, kind: WorkloadKind, seen: &Seen) {
@@ -64,13 +64,7 @@ impl Standby {
 
     /// Take out the objects of the namespaces `gained` selects.
     pub fn take(&mut self, gained: impl Fn(&str) -> bool) -> Objects {
-        let mut objects = Objects::default();
-        let resource_keys: Vec<ResourceKey> = self.resources.keys().filter(|k| gained(&k.namespace)).cloned().collect();
-        for key in resource_keys {
-            if let Some(state) = self.resources.remove(&key) {
-                objects.resources.push((key, state));
-            }
-        }
+        let mut objects = Objects { resources: self.resources.remove_namespaces(&gained), ..Objects::default() };
         let workload_keys: Vec<WorkloadKey> = self.workloads.keys().filter(|k| gained(&k.namespace)).cloned().collect();
         objects.workloads = workload_keys.iter().filter_map(|k| self.workloads.remove(k)).collect();
         objects

@@ -11,15 +11,14 @@
 //! a ConfigMap's compare as long as one etcd stores both, which is the default. When one does
 //! not parse, the last state is the baseline (the behaviour without this room).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::lease::revision;
-use crate::watch::{ResourceKey, ResourceKind, ResourceState};
+use crate::watch::{ResourceKey, ResourceKind, ResourceMap, ResourceState};
 
 #[derive(Default)]
 pub(super) struct Unselected {
-    entries: HashMap<ResourceKey, Entry>,
+    entries: ResourceMap<Entry>,
 }
 
 struct Entry {
@@ -58,12 +57,12 @@ impl Unselected {
     /// A cluster-wide list of `kind` ended: keep the entries of that kind for which `kept`
     /// (namespace, name) holds (those it saw, or did not cover).
     pub fn retain_listed(&mut self, kind: ResourceKind, kept: impl Fn(&Arc<str>, &Arc<str>) -> bool) {
-        self.entries.retain(|k, _| k.kind != kind || kept(&k.namespace, &k.name));
+        self.entries.retain(|k, ns, name, _| k != kind || kept(ns, name));
     }
 
     /// Keep only the entries whose namespace passes `keep` (the shards still owned).
     pub fn retain_namespaces(&mut self, keep: impl Fn(&str) -> bool) {
-        self.entries.retain(|k, _| keep(&k.namespace));
+        self.entries.retain(|_, ns, _, _| keep(ns));
     }
 
     /// The namespace joined the selection at `joined_at` (the resourceVersion of the Namespace
@@ -71,10 +70,10 @@ impl Unselected {
     /// created after that has none (its first list is its first state).
     pub fn take_namespace(&mut self, namespace: &str, joined_at: Option<&str>) -> Vec<(ResourceKey, ResourceState)> {
         let joined_at = revision(joined_at);
-        let keys: Vec<ResourceKey> = self.entries.keys().filter(|k| &*k.namespace == namespace).cloned().collect();
-        keys.into_iter()
-            .filter_map(|key| {
-                let entry = self.entries.remove(&key)?;
+        self.entries
+            .remove_namespace(namespace)
+            .into_iter()
+            .filter_map(|(key, entry)| {
                 let changed_after_join = matches!((entry.changed_at, joined_at), (Some(c), Some(j)) if c > j);
                 let baseline = if changed_after_join { entry.before } else { Some(entry.state) };
                 baseline.map(|state| (key, state))
