@@ -1,15 +1,18 @@
 //! Events are best effort, as in Reloader: posted in the background, a few at once, so that
 //! neither the engine nor the lint ever waits for one. They also yield to reload writes: a post
 //! waits (up to [`EVENT_PATIENCE`]) for a moment with no write out, so that the Events of one
-//! fan-out do not slow the PATCHes of the next on a busy API server.
+//! fan-out do not slow the PATCHes of the next on a busy API server. At most
+//! [`EVENT_BACKLOG`] wait: past that a new Event is dropped and counted, so that writes
+//! faster than Events can be posted never pile them up in memory.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
+use prometheus::IntCounter;
 use tokio::sync::{Semaphore, watch};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::reload::engine::API_TIMEOUT;
 
@@ -17,6 +20,8 @@ use crate::reload::engine::API_TIMEOUT;
 pub(crate) const EVENT_POSTS: usize = 8;
 /// The longest an Event waits for the reload writes to pause, from when it was made.
 const EVENT_PATIENCE: Duration = Duration::from_secs(5);
+/// Events made and not yet posted, at most (about 1 KB each).
+pub(crate) const EVENT_BACKLOG: usize = 10_000;
 
 /// How many reload writes are out; Events wait for none. Cheap to clone.
 #[derive(Clone)]
@@ -48,17 +53,38 @@ impl Drop for WriteOut {
 pub(crate) struct Events {
     recorder: Recorder,
     permits: Arc<Semaphore>,
+    /// One permit per Event made and not yet posted.
+    backlog: Arc<Semaphore>,
+    dropped: IntCounter,
     writes: WritesOut,
 }
 
 impl Events {
-    /// Events that yield to the writes counted by `writes`.
-    pub(crate) fn new(recorder: Recorder, writes: WritesOut) -> Self {
-        Events { recorder, permits: Arc::new(Semaphore::new(EVENT_POSTS)), writes }
+    /// Events that yield to the writes counted by `writes`; those dropped for a full backlog
+    /// are counted in `dropped`.
+    pub(crate) fn new(recorder: Recorder, writes: WritesOut, dropped: IntCounter) -> Self {
+        Events {
+            recorder,
+            permits: Arc::new(Semaphore::new(EVENT_POSTS)),
+            backlog: Arc::new(Semaphore::new(EVENT_BACKLOG)),
+            dropped,
+            writes,
+        }
     }
 
     /// Post in the background; failures are logged at debug level.
     pub(crate) fn post(&self, regarding: ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
+        let Ok(waiting) = self.backlog.clone().try_acquire_owned() else {
+            if self.dropped.get().is_multiple_of(1000) {
+                warn!(
+                    backlog = EVENT_BACKLOG,
+                    dropped = self.dropped.get() + 1,
+                    "Events are made faster than they can be posted; dropping some"
+                );
+            }
+            self.dropped.inc();
+            return;
+        };
         let event = Event {
             type_,
             reason: reason.to_string(),
@@ -72,6 +98,7 @@ impl Events {
         // From now, so that under steady writes Events are late, not piled up.
         let due = tokio::time::Instant::now() + EVENT_PATIENCE;
         tokio::spawn(async move {
+            let _waiting = waiting;
             let Ok(_permit) = permits.acquire_owned().await else { return };
             // Never closed while this task holds a receiver of it; when due it posts anyway.
             let _ = tokio::time::timeout_at(due, writes.wait_for(|out| *out == 0)).await;
@@ -100,5 +127,23 @@ mod tests {
         drop(second);
         let idle = tokio::time::timeout(Duration::from_secs(5), seen.wait_for(|n| *n == 0)).await;
         assert!(idle.is_ok_and(|r| r.is_ok()), "the count goes back to 0 when every write is back");
+    }
+
+    #[tokio::test]
+    async fn events_past_the_backlog_are_dropped_and_counted() -> anyhow::Result<()> {
+        // Nothing listens there: the posts could only fail, and none starts before the writes
+        // are back (or 5 s have passed), because one write stays out.
+        let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+        let recorder = Recorder::new(client, "test".into());
+        let writes = WritesOut::new();
+        let _out = writes.enter();
+        let dropped = IntCounter::new("dropped", "dropped")?;
+        let events = Events::new(recorder, writes, dropped.clone());
+        let regarding = ObjectReference { name: Some("w".into()), ..ObjectReference::default() };
+        for _ in 0..EVENT_BACKLOG + 3 {
+            events.post(regarding.clone(), EventType::Normal, "Reloaded", "Reload", "note".into());
+        }
+        assert_eq!(dropped.get(), 3);
+        Ok(())
     }
 }

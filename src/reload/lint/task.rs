@@ -47,6 +47,9 @@ pub struct Metrics {
     received: IntCounter,
     /// `reloader_annotation_lint_pending`: workloads waiting for their check.
     pending: IntGauge,
+    /// `reloader_annotation_lint_events_dropped_total`: findings whose Event was dropped
+    /// because too many waited to be posted.
+    events_dropped: IntCounter,
 }
 
 impl Metrics {
@@ -61,8 +64,13 @@ impl Metrics {
         let pending = IntGauge::new("reloader_annotation_lint_pending", "Workloads waiting for their lint check")?;
         registry.register(Box::new(findings.clone()))?;
         registry.register(Box::new(received.clone()))?;
+        let events_dropped = IntCounter::new(
+            "reloader_annotation_lint_events_dropped_total",
+            "Lint Events dropped because too many waited to be posted",
+        )?;
         registry.register(Box::new(pending.clone()))?;
-        Ok(Metrics { findings, received, pending })
+        registry.register(Box::new(events_dropped.clone()))?;
+        Ok(Metrics { findings, received, pending, events_dropped })
     }
 }
 
@@ -91,7 +99,7 @@ pub async fn run(
         keys,
         store,
         watched,
-        events: Events::new(Recorder::new(client, reporter), WritesOut::new()),
+        events: Events::new(Recorder::new(client, reporter), WritesOut::new(), metrics.events_dropped.clone()),
         metrics,
         reported: HashMap::new(),
         missing: HashSet::new(),
