@@ -229,25 +229,24 @@ impl<V> ResourceMap<V> {
     /// The entries of the namespaces for which `keep` holds: a question by shard asks once per
     /// namespace, not once per entry.
     pub fn iter_namespaces(&self, keep: impl Fn(&str) -> bool) -> impl Iterator<Item = (ResourceKey, &V)> {
-        self.namespaces.iter().filter(move |(ns, _)| keep(ns)).flat_map(|(ns, group)| {
-            group
-                .iter()
-                .map(|(kind, name, value)| (ResourceKey { kind, namespace: ns.clone(), name: name.clone() }, value))
-        })
+        self.namespaces.iter().filter(move |(ns, _)| keep(ns)).flat_map(|(ns, group)| keyed(ns, group))
     }
 
     /// The entries of one namespace.
     pub fn in_namespace(&self, namespace: &str) -> impl Iterator<Item = (ResourceKey, &V)> {
-        self.namespaces.get_key_value(namespace).into_iter().flat_map(|(ns, group)| {
-            group
-                .iter()
-                .map(|(kind, name, value)| (ResourceKey { kind, namespace: ns.clone(), name: name.clone() }, value))
-        })
+        self.namespaces.get_key_value(namespace).into_iter().flat_map(|(ns, group)| keyed(ns, group))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = ResourceKey> + '_ {
         self.iter().map(|(k, _)| k)
     }
+}
+
+/// A group's entries with their whole keys.
+fn keyed<'a, V>(namespace: &'a Arc<str>, group: &'a Group<V>) -> impl Iterator<Item = (ResourceKey, &'a V)> {
+    group
+        .iter()
+        .map(|(kind, name, value)| (ResourceKey { kind, namespace: namespace.clone(), name: name.clone() }, value))
 }
 
 impl<V> FromIterator<(ResourceKey, V)> for ResourceMap<V> {

@@ -62,12 +62,12 @@ impl Metrics {
         )?;
         let received = IntCounter::new("reloader_annotation_lint_received_total", "Stored objects the lint received")?;
         let pending = IntGauge::new("reloader_annotation_lint_pending", "Workloads waiting for their lint check")?;
-        registry.register(Box::new(findings.clone()))?;
-        registry.register(Box::new(received.clone()))?;
         let events_dropped = IntCounter::new(
             "reloader_annotation_lint_events_dropped_total",
             "Lint Events dropped because too many waited to be posted",
         )?;
+        registry.register(Box::new(findings.clone()))?;
+        registry.register(Box::new(received.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
         Ok(Metrics { findings, received, pending, events_dropped })
