@@ -237,6 +237,13 @@ pub struct Args {
     #[arg(long, env = "SHARD_PLACEMENT", default_value = "hashring", global = true)]
     pub shard_placement: Placement,
 
+    /// With several replicas and watches that load shards one by one (server-sharded or
+    /// `--namespaces`), each replica also loads the shards it would be given if any one other
+    /// replica left, so a SIGTERM or a crash moves Leases, not data. About twice the watches,
+    /// memory and decoding per replica, for a handoff without lists.
+    #[arg(long, env = "HOT_STANDBY", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
+    pub hot_standby: bool,
+
     /// Offer HTTP/2 to the API server: many watches share a few connections (at most 90
     /// requests open on each; watches and other requests on separate connections). A server
     /// that answers with HTTP/1.1 gets HTTP/1.1 (a connection per open request, as before);

@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         leader_election_renew_deadline,
         leader_election_retry_period,
         leader_election_release_on_cancel,
+        hot_standby,
         metrics_addr,
         metrics_count_by_namespace,
         health_addr,
@@ -332,6 +333,7 @@ async fn main() -> anyhow::Result<()> {
             retry_period: leader_election_retry_period,
             ring: ring.fingerprint(),
             release_on_cancel: leader_election_release_on_cancel,
+            hot_standby,
         };
         let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
         // Warm handoffs where a gained shard costs new lists: server-sharded watches (a list of
@@ -340,6 +342,11 @@ async fn main() -> anyhow::Result<()> {
         // Other cluster-wide watches hold every shard's objects already (handing over would
         // cost a round trip more, 0.1 -> 0.3 s).
         let warm_handoff = server_shards.active() || watch_config.namespaces.is_some();
+        if hot_standby && !warm_handoff {
+            warn!(
+                "--hot-standby changes nothing here: cluster-wide watches that the API server does not shard hold every shard already"
+            );
+        }
         let loaded = warm_handoff.then(|| synced_rx.clone());
         let (mut ownership, task) =
             lease::spawn(client.clone(), config, Some(active_rx.clone()), loaded, metrics, leave.clone());

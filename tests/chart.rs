@@ -201,7 +201,7 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
 fn sharding_values_render_the_fleet() {
     let docs = render(
         "reloader: {enableHA: true, deployment: {replicas: 3}, podDisruptionBudget: {enabled: true},
-          sharding: {shards: 16, placement: fnv-ranges, leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}}",
+          sharding: {shards: 16, placement: fnv-ranges, hotStandby: true, leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}}",
     );
     assert_eq!(
         args(&docs),
@@ -210,6 +210,7 @@ fn sharding_values_render_the_fleet() {
             "--enable-ha=true",
             "--shards=16",
             "--shard-placement=fnv-ranges",
+            "--hot-standby=true",
             "--leader-election-lease-duration=20s",
             "--leader-election-renew-deadline=15s",
             "--leader-election-retry-period=3s",

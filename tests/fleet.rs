@@ -349,6 +349,63 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
     .await;
 }
 
+/// With `--hot-standby` each replica of two also watches the other's namespaces and reports
+/// them loaded beforehand, so when one stops the other starts no watch: the shards move by
+/// their Leases alone, and every change is still served.
+#[tokio::test]
+async fn a_hot_standby_takes_over_without_starting_a_watch() {
+    with_temp_ns("fleet-standby", |client, home| async move {
+        let (_, namespaces) = served_namespaces(&client, &home).await;
+        let scope = format!("--namespaces={}", namespaces.join(","));
+        let kubeconfig = support::kubeconfig_path();
+        let args = [scope.as_str(), "--is-openshift=false", "--hot-standby"];
+        let (a_name, b_name) = (format!("{home}-a"), format!("{home}-b"));
+        let a = start_with(&home, &a_name, &args, &kubeconfig).await;
+        let b = start_with(&home, &b_name, &args, &kubeconfig).await;
+        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
+        let all = NAMESPACES as f64 * 7.0;
+        wait_for("each replica to watch every namespace", || async {
+            (a.metric("reloader_watch_streams").await == all && b.metric("reloader_watch_streams").await == all)
+                .then_some(())
+        })
+        .await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &home);
+        wait_for("a to report b's shards loaded", || async {
+            let items = leases.list(&Default::default()).await.ok()?.items;
+            let b_shards: Vec<String> = items
+                .iter()
+                .filter(|l| !is_member(l) && holder(l) == b_name)
+                .filter_map(shard_of)
+                .map(|s| s.to_string())
+                .collect();
+            let a_warm = items
+                .iter()
+                .find(|l| is_member(l) && holder(l) == a_name)
+                .and_then(|l| annotation(l, WARM_ANNOTATION))?;
+            let a_warm: Vec<&str> = a_warm.split(',').collect();
+            (!b_shards.is_empty() && b_shards.iter().all(|s| a_warm.contains(&s.as_str()))).then_some(())
+        })
+        .await;
+        update_all(&client, &namespaces, "1").await;
+
+        let started_before = a.metric("reloader_watch_streams_started_total").await;
+        b.stop().await;
+        wait_for("a to hold every shard", || async {
+            (a.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+        update_all(&client, &namespaces, "2").await;
+        assert_eq!(
+            a.metric("reloader_watch_streams_started_total").await - started_before,
+            0.0,
+            "the standby had every namespace loaded"
+        );
+        a.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
 /// Every Lease of a fleet's home namespace as a watch saw it, in order.
 struct LeaseTimeline {
     seen: std::sync::Arc<std::sync::Mutex<Vec<Lease>>>,

@@ -39,6 +39,7 @@ fn config(ns: &str, identity: &str) -> lease::Config {
         retry_period: Duration::from_millis(500),
         ring: format!("shards={SHARDS}"),
         release_on_cancel: true,
+        hot_standby: false,
     }
 }
 
@@ -244,6 +245,66 @@ fn record_releases(client: Client, ns: &str, holder: &str) -> Times {
         }
     });
     times
+}
+
+/// A replica with `--hot-standby` whose watches report `to_watch` loaded at once, or, when
+/// `loads` is false, nothing beyond the shards it holds.
+fn spawn_standby(client: &Client, ns: &str, identity: &str, loads: bool) -> Replica {
+    let stop = CancellationToken::new();
+    let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
+    let (loaded_tx, loaded_rx) = watch::channel(Some(BTreeSet::new()));
+    let config = lease::Config { hot_standby: true, ..config(ns, identity) };
+    let (ownership, task) = lease::spawn(client.clone(), config, None, Some(loaded_rx), metrics, stop.clone());
+    let mut follow = ownership.clone();
+    tokio::spawn(async move {
+        while follow.changed().await.is_ok() {
+            let o = follow.borrow_and_update().clone();
+            let loaded = if loads { o.to_watch(&BTreeSet::new()) } else { o.held.clone() };
+            loaded_tx.send_if_modified(|current| current.replace(loaded.clone()) != Some(loaded));
+        }
+    });
+    Replica { ownership, task, stop }
+}
+
+fn standby(replica: &Replica) -> BTreeSet<u32> {
+    replica.ownership.borrow().standby.clone()
+}
+
+/// Each replica stands by for shards of the others (never its own), growing the standby one
+/// shard at a time as its watches load them: one whose watches load nothing beyond what it
+/// holds never asks for a second shard it has not loaded. A departure then hands the leaver's shards to replicas that stood by for them.
+#[tokio::test]
+async fn a_hot_standby_stands_by_for_the_others_shards_one_loaded_shard_at_a_time() {
+    with_temp_ns("leases-standby", |client, ns| async move {
+        let a = spawn_standby(&client, &ns, "replica-a", true);
+        let b = spawn_standby(&client, &ns, "replica-b", true);
+        let c = spawn_standby(&client, &ns, "replica-c", false);
+        wait_for("16 shards balanced over 3 replicas", || async { settled(&[&a, &b, &c]).then_some(()) }).await;
+        wait_for("a and b to stand by for about half of each other replica's shards", || async {
+            [&a, &b].iter().all(|r| (4..=11).contains(&standby(r).len())).then_some(())
+        })
+        .await;
+        for r in [&a, &b] {
+            let (mine, theirs) = (held(r), standby(r));
+            assert!(mine.is_disjoint(&theirs), "a standby of its own shards: {mine:?} {theirs:?}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            // c's watches load only what it holds (a shard it still holds on its way elsewhere
+            // may be in its standby, loaded).
+            let o = c.ownership.borrow().clone();
+            let unloaded: Vec<&u32> = o.standby.difference(&o.held).collect();
+            assert!(unloaded.len() <= 1, "c asked for more standby before loading the first: {unloaded:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let b_shards = held(&b);
+        let stood_by: BTreeSet<u32> = standby(&a).intersection(&b_shards).copied().collect();
+        stop([b]).await;
+        wait_for("a and c to hold all 16 shards", || async { settled(&[&a, &c]).then_some(()) }).await;
+        assert!(stood_by.is_subset(&held(&a)), "a got the shards of b it stood by for: {stood_by:?} of {:?}", held(&a));
+        stop([a, c]).await;
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -7,6 +7,8 @@
 //! Balance: with S shards and R members, the first `S mod R` members (in name order) take
 //! `ceil(S/R)` shards and the others `floor(S/R)`, so every member holds one or the other.
 
+use std::collections::BTreeSet;
+
 /// The desired member index of each shard `0..shards`, for members sorted by name.
 /// `holders[shard]` is the shard's current holder, if any: a holder that is still a member
 /// keeps its shards up to its cap, so a member leaving or joining moves only the shards that
@@ -42,6 +44,24 @@ pub fn assign(shards: u32, members: &[String], holders: &[Option<&str>]) -> Vec<
             })
         })
         .collect()
+}
+
+/// The shards `member` would be given if any one other member left, beyond those it is given
+/// now: what a hot standby keeps loaded so that a departure moves no data. `placed[shard]` is
+/// the shard's member now (as [`assign`] answers, by name); each departure is computed as the
+/// others compute it, with the current placement as the holders.
+pub fn standby(shards: u32, members: &[String], member: &str, placed: &[&str]) -> BTreeSet<u32> {
+    let holders: Vec<Option<&str>> = placed.iter().map(|m| Some(*m)).collect();
+    let mut gained = BTreeSet::new();
+    for gone in members.iter().filter(|m| *m != member) {
+        let rest: Vec<String> = members.iter().filter(|m| *m != gone).cloned().collect();
+        for (shard, m) in assign(shards, &rest, &holders).into_iter().enumerate() {
+            if rest[m] == member && placed.get(shard).is_none_or(|now| *now != member) {
+                gained.insert(shard as u32);
+            }
+        }
+    }
+    gained
 }
 
 fn score(member: &str, shard: u32) -> u64 {
@@ -107,6 +127,32 @@ mod tests {
             }
         }
         assert!(counts(&after, 2).iter().all(|&c| c == 8));
+    }
+
+    #[test]
+    fn a_standby_holds_what_any_departure_gives_it() {
+        let three = members(3);
+        let placed_index = assign(16, &three, &[]);
+        let placed: Vec<&str> = placed_index.iter().map(|&m| three[m].as_str()).collect();
+        for me in &three {
+            let standby = standby(16, &three, me, &placed);
+            assert!(standby.iter().all(|s| placed[*s as usize] != me), "{me}: none of its own shards");
+            for gone in three.iter().filter(|m| *m != me) {
+                let rest: Vec<String> = three.iter().filter(|m| *m != gone).cloned().collect();
+                let after = assign(16, &rest, &holders_of(&placed_index, &three));
+                for (shard, m) in after.iter().enumerate() {
+                    if rest[*m] == *me && placed[shard] != me {
+                        assert!(standby.contains(&(shard as u32)), "{me} gains shard {shard} when {gone} leaves");
+                    }
+                }
+            }
+            // Each of the two others' shards is split between the two who stay: about half.
+            assert!((4..=11).contains(&standby.len()), "{me}: {standby:?}");
+        }
+        assert!(
+            standby(16, &members(1), "reloader-0", &["reloader-0"; 16]).is_empty(),
+            "alone: nobody to stand by for"
+        );
     }
 
     #[test]

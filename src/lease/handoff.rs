@@ -7,6 +7,10 @@
 //!  holder: withdraws a shard once its heir's `warm` lists it (or after the renew deadline)
 //!          ─▶ drain, checkpoint, release ─▶ the heir acquires it and acts at once
 //! ```
+//! With `--hot-standby` the heir has loaded the shards before any departure (those it would be
+//! given if any one other member left), and reports them in `warm` already: the holder
+//! withdraws at once, and only Leases move.
+//!
 //! A member whose Lease has no `warm` annotation does not report (an older version, or
 //! cluster-wide watches that are not server-sharded: they hold every shard already) and is not
 //! waited for.

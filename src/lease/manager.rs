@@ -49,7 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::lease::assignment::assign;
+use crate::lease::assignment::{assign, standby};
 use crate::lease::fence::{fence, lock};
 use crate::lease::handoff::{
     LEAVING_ANNOTATION, Leaving, Sighting, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events,
@@ -91,6 +91,9 @@ pub struct Config {
     /// `--leader-election-release-on-cancel`: give the Leases back at shutdown (default), or
     /// leave them to expire as client-go does when it is off.
     pub release_on_cancel: bool,
+    /// `--hot-standby`: with warm handoffs, also load the shards this replica would be given
+    /// if any one other replica left ([`Ownership::standby`]).
+    pub hot_standby: bool,
 }
 
 impl Config {
@@ -146,13 +149,17 @@ pub struct Ownership {
     /// them, or they are free and about to be acquired): to watch now, so that they are loaded
     /// when their holder hands them over (see [`crate::lease::handoff`]).
     pub warming: BTreeSet<u32>,
+    /// With `--hot-standby`: the shards this replica would be given if any one other replica
+    /// left, loaded beforehand so that the departure (a rolling update's SIGTERM, a crash)
+    /// moves no data, only Leases.
+    pub standby: BTreeSet<u32>,
     /// This replica is leaving: it hands its shards over, one by one, and gains none.
     pub leaving: bool,
 }
 
 impl Ownership {
-    /// The shards for the watches to load, given those they load now: the held and the
-    /// warming ones. A leaving replica's watches keep what they load until it holds nothing:
+    /// The shards for the watches to load, given those they load now: the held, the warming
+    /// and the standby ones. A leaving replica's watches keep what they load until it holds nothing:
     /// narrowing them to the shards still held would relist those (server-sharded watches
     /// restart with a smaller selector) while the heirs list what they gain, on the same API
     /// server. Its engine acts on held shards only.
@@ -160,7 +167,7 @@ impl Ownership {
         if self.leaving && !self.held.is_empty() {
             return watching.union(&self.held).copied().collect();
         }
-        self.held.union(&self.warming).copied().collect()
+        self.held.iter().chain(&self.warming).chain(&self.standby).copied().collect()
     }
 }
 
@@ -247,6 +254,7 @@ pub fn spawn(
         yielding_to: None,
         leaving: None,
         warming: BTreeSet::new(),
+        standby: BTreeSet::new(),
         heir_waits: HashMap::new(),
         must_list: false,
     };
@@ -278,6 +286,8 @@ struct Manager {
     leaving: Option<Instant>,
     /// See [`Ownership::warming`].
     warming: BTreeSet<u32>,
+    /// See [`Ownership::standby`].
+    standby: BTreeSet<u32>,
     /// Shards to hand over whose heir has not reported them loaded yet, since when.
     heir_waits: HashMap<u32, Instant>,
     /// A write lost a race: the next round LISTs, whatever started it.
@@ -423,7 +433,9 @@ impl Manager {
             let changed = current.held != ownership.held
                 || current.members != ownership.members
                 || current.yielding_to != ownership.yielding_to
-                || current.warming != ownership.warming;
+                || current.warming != ownership.warming
+                || current.standby != ownership.standby
+                || current.leaving != ownership.leaving;
             *current = ownership;
             changed
         });
@@ -496,9 +508,32 @@ impl Manager {
                 .collect(),
             None => BTreeSet::new(),
         };
+        // Grown only when the fleet is settled (nobody leaving, nothing warming here) and one
+        // shard at a time, once everything watched is loaded: the standby never competes with
+        // the shards to serve (a departure's survivors listing their new standby while the
+        // Leases move held updates up to 0.6 s at 2,000 namespaces).
+        let settled = placing.len() == members.len() && warming.is_empty();
         if warming != self.warming {
             info!(shards = %format_shards(&warming), "warming: loading the shards to take over before their holder hands them over");
             self.warming = warming;
+        }
+        let standby = match (&self.loaded, self.config.hot_standby, self.leaving, placed.is_empty()) {
+            (Some(loaded), true, None, false) if settled => {
+                let target = standby(self.config.shards, &placing, &self.config.identity, &placed);
+                let mut kept: BTreeSet<u32> = self.standby.intersection(&target).copied().collect();
+                let loaded = loaded.borrow().clone().unwrap_or_default();
+                let watched_loaded = desired.iter().chain(&kept).all(|s| loaded.contains(s));
+                if let Some(next) = target.difference(&kept).next().filter(|_| watched_loaded) {
+                    kept.insert(*next);
+                }
+                kept
+            }
+            (Some(_), true, None, false) => self.standby.difference(&desired).copied().collect(),
+            _ => BTreeSet::new(),
+        };
+        if standby != self.standby {
+            info!(shards = %format_shards(&standby), "hot standby: loading the shards this replica would be given if another left");
+            self.standby = standby;
         }
         let mut actions = Vec::new();
         for shard in 0..self.config.shards {
@@ -606,7 +641,8 @@ impl Manager {
         }
         if let Some(loaded) = &self.loaded {
             let loaded = loaded.borrow().clone().unwrap_or_default();
-            let warm: BTreeSet<u32> = self.warming.intersection(&loaded).copied().collect();
+            let warm: BTreeSet<u32> =
+                self.warming.iter().chain(&self.standby).filter(|s| loaded.contains(s)).copied().collect();
             annotations.insert(WARM_ANNOTATION.to_string(), format_shards(&warm));
         }
         annotations
@@ -791,6 +827,7 @@ impl Manager {
             members,
             yielding_to: self.yielding_to.clone(),
             warming: self.warming.clone(),
+            standby: self.standby.clone(),
             leaving: self.leaving.is_some(),
         }
     }
