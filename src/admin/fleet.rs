@@ -58,6 +58,9 @@ struct ShardBody {
     id: u32,
     holder: String,
     held_here: bool,
+    /// Loaded here to be taken over: `warming` (handed over to this replica once loaded),
+    /// `standby` (`--hot-standby`: what a departure would give it), or `null`.
+    loading_here: Option<&'static str>,
     state: &'static str,
     /// Seconds since this replica saw the shard's Lease change; `null` without Leases.
     lease_age_seconds: Option<u64>,
@@ -82,10 +85,14 @@ pub(crate) async fn shards(State(state): State<AdminState>) -> Json<serde_json::
                 },
             };
             let held_here = ownership.as_ref().is_none_or(|o| o.held.contains(&id));
+            let loading_here = ownership.as_ref().and_then(|o| {
+                if o.warming.contains(&id) { Some("warming") } else { o.standby.contains(&id).then_some("standby") }
+            });
             ShardBody {
                 id,
                 holder,
                 held_here,
+                loading_here,
                 state: state_name,
                 lease_age_seconds: age,
                 namespaces: held_here.then(|| per_shard.get(&id).copied().unwrap_or(0)),

@@ -429,6 +429,7 @@ impl Manager {
         let lost = tx.borrow().held.difference(&ownership.held).count();
         self.metrics.losses.inc_by(lost as u64);
         self.metrics.shards_held.set(ownership.held.len() as i64);
+        self.metrics.shards_standby.set(ownership.standby.len() as i64);
         tx.send_if_modified(|current| {
             let changed = current.held != ownership.held
                 || current.members != ownership.members

@@ -4,6 +4,8 @@
 pub struct Metrics {
     /// `reloader_shards_held`: shards this replica acts on.
     pub shards_held: prometheus::IntGauge,
+    /// `reloader_shards_standby`: shards loaded here for a departure (`--hot-standby`).
+    pub shards_standby: prometheus::IntGauge,
     /// `reloader_lease_acquisitions_total`.
     pub acquisitions: prometheus::IntCounter,
     /// `reloader_lease_losses_total`: shards this replica stopped acting on (moved, fenced).
@@ -17,6 +19,10 @@ impl Metrics {
     /// When a series of the same name is already registered.
     pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
         let shards_held = prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on")?;
+        let shards_standby = prometheus::IntGauge::new(
+            "reloader_shards_standby",
+            "Shards this replica keeps loaded for when another replica leaves (--hot-standby)",
+        )?;
         let acquisitions = prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired")?;
         let losses =
             prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on")?;
@@ -28,9 +34,10 @@ impl Metrics {
             .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
         )?;
         registry.register(Box::new(shards_held.clone()))?;
+        registry.register(Box::new(shards_standby.clone()))?;
         registry.register(Box::new(acquisitions.clone()))?;
         registry.register(Box::new(losses.clone()))?;
         registry.register(Box::new(handoff.clone()))?;
-        Ok(Metrics { shards_held, acquisitions, losses, handoff })
+        Ok(Metrics { shards_held, shards_standby, acquisitions, losses, handoff })
     }
 }
