@@ -386,13 +386,21 @@ async fn a_hot_standby_takes_over_without_starting_a_watch() {
             (!b_shards.is_empty() && b_shards.iter().all(|s| a_warm.contains(&s.as_str()))).then_some(())
         })
         .await;
-        // What an operator sees: a's standby shards are b's, in /shards and as a gauge.
-        let body: serde_json::Value = serde_json::from_str(&a.get("/shards").await).expect("/shards is JSON");
-        let shards = body["shards"].as_array().expect("shards");
-        let standby: Vec<&serde_json::Value> = shards.iter().filter(|s| s["loading_here"] == "standby").collect();
-        assert!(!standby.is_empty(), "a stands by for some shard: {body}");
-        assert!(standby.iter().all(|s| s["holder"] == b_name.as_str() && s["held_here"] == false), "{body}");
-        assert_eq!(a.metric("reloader_shards_standby").await, standby.len() as f64);
+        // What an operator sees: a's standby shards are b's, in /shards (once a has looked at
+        // the Leases since) and as a gauge.
+        let standby = wait_for("a's /shards to show b's shards as its standby", || async {
+            let body: serde_json::Value = serde_json::from_str(&a.get("/shards").await).ok()?;
+            let shards = body["shards"].as_array()?;
+            let standby = shards.iter().filter(|s| s["loading_here"] == "standby").count();
+            let b_held = shards.iter().filter(|s| s["holder"] == b_name.as_str()).count();
+            let all_bs = shards
+                .iter()
+                .filter(|s| s["loading_here"] == "standby")
+                .all(|s| s["holder"] == b_name.as_str() && s["held_here"] == false);
+            (standby > 0 && standby == b_held && all_bs).then_some(standby)
+        })
+        .await;
+        assert_eq!(a.metric("reloader_shards_standby").await, standby as f64);
         update_all(&client, &namespaces, "1").await;
 
         let started_before = a.metric("reloader_watch_streams_started_total").await;

@@ -255,6 +255,7 @@ pub fn spawn(
         leaving: None,
         warming: BTreeSet::new(),
         standby: BTreeSet::new(),
+        standby_target: None,
         heir_waits: HashMap::new(),
         must_list: false,
     };
@@ -288,6 +289,8 @@ struct Manager {
     warming: BTreeSet<u32>,
     /// See [`Ownership::standby`].
     standby: BTreeSet<u32>,
+    /// The standby to grow towards, and the members and placement it was computed from.
+    standby_target: Option<(Vec<String>, Vec<String>, BTreeSet<u32>)>,
     /// Shards to hand over whose heir has not reported them loaded yet, since when.
     heir_waits: HashMap<u32, Instant>,
     /// A write lost a race: the next round LISTs, whatever started it.
@@ -518,20 +521,7 @@ impl Manager {
             info!(shards = %format_shards(&warming), "warming: loading the shards to take over before their holder hands them over");
             self.warming = warming;
         }
-        let standby = match (&self.loaded, self.config.hot_standby, self.leaving, placed.is_empty()) {
-            (Some(loaded), true, None, false) if settled => {
-                let target = standby(self.config.shards, &placing, &self.config.identity, &placed);
-                let mut kept: BTreeSet<u32> = self.standby.intersection(&target).copied().collect();
-                let loaded = loaded.borrow().clone().unwrap_or_default();
-                let watched_loaded = desired.iter().chain(&kept).all(|s| loaded.contains(s));
-                if let Some(next) = target.difference(&kept).next().filter(|_| watched_loaded) {
-                    kept.insert(*next);
-                }
-                kept
-            }
-            (Some(_), true, None, false) => self.standby.difference(&desired).copied().collect(),
-            _ => BTreeSet::new(),
-        };
+        let standby = self.next_standby(settled, &placing, &placed, &desired);
         if standby != self.standby {
             info!(shards = %format_shards(&standby), "hot standby: loading the shards this replica would be given if another left");
             self.standby = standby;
@@ -589,6 +579,48 @@ impl Manager {
         for applied in applied {
             self.apply(applied);
         }
+    }
+
+    /// The standby after this round: none without `--hot-standby`, while leaving or giving way
+    /// to another ring; kept (less what is now desired) while the fleet is not settled;
+    /// otherwise grown by one shard of its target once everything watched is loaded.
+    fn next_standby(
+        &mut self,
+        settled: bool,
+        placing: &[String],
+        placed: &[&str],
+        desired: &BTreeSet<u32>,
+    ) -> BTreeSet<u32> {
+        let Some(loaded) = &self.loaded else { return BTreeSet::new() };
+        if !self.config.hot_standby || self.leaving.is_some() || placed.is_empty() {
+            return BTreeSet::new();
+        }
+        if !settled {
+            return self.standby.difference(desired).copied().collect();
+        }
+        let loaded = loaded.borrow().clone().unwrap_or_default();
+        let target = self.standby_target(placing, placed);
+        let mut kept: BTreeSet<u32> = self.standby.intersection(&target).copied().collect();
+        let watched_loaded = desired.iter().chain(&kept).all(|s| loaded.contains(s));
+        if let Some(next) = target.difference(&kept).next().filter(|_| watched_loaded) {
+            kept.insert(*next);
+        }
+        kept
+    }
+
+    /// What `--hot-standby` grows towards for this placement, computed again only when the
+    /// members or the placement changed (each is a placement per other member: R x S scores).
+    fn standby_target(&mut self, placing: &[String], placed: &[&str]) -> BTreeSet<u32> {
+        if let Some((members, placement, target)) = &self.standby_target
+            && members == placing
+            && placement.iter().map(String::as_str).eq(placed.iter().copied())
+        {
+            return target.clone();
+        }
+        let target = standby(self.config.shards, placing, &self.config.identity, placed);
+        let placement = placed.iter().map(|m| (*m).to_string()).collect();
+        self.standby_target = Some((placing.to_vec(), placement, target.clone()));
+        target
     }
 
     /// Whether a shard to move may be withdrawn: its next holder reported it loaded, does not
