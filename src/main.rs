@@ -315,6 +315,8 @@ async fn main() -> anyhow::Result<()> {
     let (owned_tx, owned_rx) = latest::channel(BTreeSet::new());
     // What the watches load: the owned shards, plus those warming for a handoff.
     let (watched_tx, watched_rx) = latest::channel(BTreeSet::new());
+    // Of those, the ones that may load slowly: the hot standby.
+    let (background_tx, background_rx) = latest::channel(BTreeSet::new());
     // Stops the lease task first, so that a leaving replica hands its shards over warm.
     let leave = CancellationToken::new();
     let (mut lease_task, _fixed_ownership) = if enable_ha || shards > 1 {
@@ -354,11 +356,13 @@ async fn main() -> anyhow::Result<()> {
         // Forward the held shards to the engine, and those plus the warming ones to the watches.
         tokio::spawn(async move {
             while ownership.changed().await.is_ok() {
-                let (held, watched) = {
+                let (held, watched, standby) = {
                     let o = ownership.borrow_and_update();
-                    (o.held.clone(), o.to_watch(&watched_tx.borrow()))
+                    (o.held.clone(), o.to_watch(&watched_tx.borrow()), o.standby.clone())
                 };
                 owned_tx.send_if_modified(|current| std::mem::replace(current, held) != *current);
+                // Before the watched set, so that the watches know what of it may load slowly.
+                background_tx.send_if_modified(|current| std::mem::replace(current, standby) != *current);
                 watched_tx.send_if_modified(|current| std::mem::replace(current, watched) != *current);
             }
         });
@@ -367,7 +371,7 @@ async fn main() -> anyhow::Result<()> {
         owned_tx.send_replace(all_shards.clone());
         watched_tx.send_replace(all_shards);
         // Kept until main returns: the ownership never changes.
-        (None, Some((owned_tx, watched_tx)))
+        (None, Some((owned_tx, watched_tx, background_tx)))
     };
 
     state.fleet = Some(Arc::new(admin::FleetView {
@@ -413,7 +417,13 @@ async fn main() -> anyhow::Result<()> {
             watch_config,
             writer,
             watch_metrics,
-            watch::Links { owned: watched_rx, changes: changes_tx, synced: synced_tx, lint: lint_tx },
+            watch::Links {
+                owned: watched_rx,
+                background: background_rx,
+                changes: changes_tx,
+                synced: synced_tx,
+                lint: lint_tx,
+            },
             shutdown.clone(),
         )
         .instrument(info_span!("watch")),

@@ -40,6 +40,8 @@ struct Configs {
 struct SetOf {
     covers: Option<BTreeSet<u32>>,
     group: Option<String>,
+    /// Its initial lists take the background permits (see [`super::BACKGROUND_LISTS`]).
+    background: bool,
 }
 
 impl WatchTask {
@@ -88,7 +90,8 @@ impl WatchTask {
         let configs = self.configs(None);
         let covers = server_shards.active().then(|| self.owned.clone());
         for scope in wanted.difference(&running) {
-            self.start_set(client, merged, scope, &configs, SetOf { covers: covers.clone(), group: None });
+            let background = scope.as_ref().is_some_and(|ns| self.background.contains(&self.config.ring.shard_of(ns)));
+            self.start_set(client, merged, scope, &configs, SetOf { covers: covers.clone(), group: None, background });
         }
     }
 
@@ -116,7 +119,9 @@ impl WatchTask {
         };
         info!(gained = ?gained, "gained shards; watching their ranges alone, the other watches run on");
         let configs = self.configs(Some(&marker));
-        self.start_set(client, merged, &None, &configs, SetOf { covers: Some(gained.clone()), group: Some(marker) });
+        let background = gained.is_subset(&self.background);
+        let set = SetOf { covers: Some(gained.clone()), group: Some(marker), background };
+        self.start_set(client, merged, &None, &configs, set);
     }
 
     /// The watch configs of a set; a group's carry its marker as a field selector.
@@ -195,7 +200,8 @@ impl WatchTask {
         let id = self.next_stream;
         self.next_stream += 1;
         let stop = CancellationToken::new();
-        let stream = gated(make(id), self.list_permits.clone()).take_until(stop.clone().cancelled_owned());
+        let permits = if set.background { &self.background_permits } else { &self.list_permits };
+        let stream = gated(make(id), permits.clone()).take_until(stop.clone().cancelled_owned());
         merged.push(Box::pin(stream));
         let state = StreamState {
             namespace: scope.clone(),
