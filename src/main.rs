@@ -353,7 +353,8 @@ async fn main() -> anyhow::Result<()> {
         let (mut ownership, task) =
             lease::spawn(client.clone(), config, Some(active_rx.clone()), loaded, metrics, leave.clone());
         state.ownership = Some(ownership.clone());
-        // Forward the held shards to the engine, and those plus the warming ones to the watches.
+        // Forward the held shards to the engine, and those plus the warming and standby ones to
+        // the watches (the standby also as what may load slowly).
         tokio::spawn(async move {
             while ownership.changed().await.is_ok() {
                 let (held, watched, standby) = {
