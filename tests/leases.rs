@@ -272,7 +272,8 @@ fn standby(replica: &Replica) -> BTreeSet<u32> {
 
 /// Each replica stands by for shards of the others (never its own), growing the standby one
 /// shard at a time as its watches load them: one whose watches load nothing beyond what it
-/// holds never asks for a second shard it has not loaded. A departure then hands the leaver's shards to replicas that stood by for them.
+/// holds never asks for a second shard it has not loaded. A departure then hands the leaver's
+/// shards to the replicas that stood by for them.
 #[tokio::test]
 async fn a_hot_standby_stands_by_for_the_others_shards_one_loaded_shard_at_a_time() {
     with_temp_ns("leases-standby", |client, ns| async move {
