@@ -24,37 +24,13 @@ use support::fixtures::{
     Kind, KindExt, Workload, cm_hash, create_configmap, create_namespace, delete_namespaces, generation,
     patch_configmap,
 };
+use support::fleet::{balanced, served_namespaces_n, update_all};
 use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
 use support::scenario::Ctx;
 use support::{wait_for, with_temp_ns};
 use tokio::time::Instant;
 
 const NAMESPACES: usize = 12;
-
-/// Update every namespace's ConfigMap to `value` and wait until each Deployment records it,
-/// checking that each rolled exactly once.
-async fn update_all(client: &kube::Client, namespaces: &[String], value: &str) -> Duration {
-    let mut before = Vec::new();
-    for ns in namespaces {
-        before.push(generation(client, ns, Kind::Deployment, "web").await);
-    }
-    let started = Instant::now();
-    for ns in namespaces {
-        patch_configmap(client, ns, "cm", json!({ "data": { "k": value } })).await;
-    }
-    let hash = cm_hash(&[("k", value)]);
-    for ns in namespaces {
-        Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars)
-            .wait_reloaded(Kind::Deployment, "web", Cm, "cm", &hash)
-            .await;
-    }
-    let took = started.elapsed();
-    for (ns, before) in namespaces.iter().zip(before) {
-        let after = generation(client, ns, Kind::Deployment, "web").await;
-        assert_eq!(after, before + 1, "namespace {ns} rolled {} times for one change", after - before);
-    }
-    took
-}
 
 #[tokio::test]
 async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes() {
@@ -178,17 +154,6 @@ async fn served_namespaces(client: &kube::Client, home: &str) -> (String, Vec<St
     served_namespaces_n(client, home, NAMESPACES).await
 }
 
-async fn served_namespaces_n(client: &kube::Client, home: &str, count: usize) -> (String, Vec<String>) {
-    let label = format!("reloader-fleet.test/fleet={home}");
-    let namespaces: Vec<String> = (0..count).map(|i| format!("{home}-{i}")).collect();
-    for ns in &namespaces {
-        create_namespace(client, ns, json!({ "reloader-fleet.test/fleet": home, support::TEST_LABEL: "fleet" })).await;
-        create_configmap(client, ns, "cm", &[("k", "0")]).await;
-        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
-    }
-    (label, namespaces)
-}
-
 #[tokio::test]
 async fn cronjobs_and_jobs_are_served_once_per_change_across_a_sigterm() {
     with_temp_ns("fleet-kinds", |client, home| async move {
@@ -290,60 +255,6 @@ async fn a_replica_cut_off_from_the_api_server_stops_acting_before_another_takes
         update_all(&client, &namespaces, "3").await;
         a.stop().await;
         cut.stop().await;
-        delete_namespaces(&client, &namespaces).await;
-    })
-    .await;
-}
-
-/// Every shard held, each replica holding floor or ceil of 16 / replicas.
-async fn balanced(controllers: &[&Controller]) -> bool {
-    let (floor, ceil) = (16 / controllers.len(), 16_usize.div_ceil(controllers.len()));
-    let mut sum = 0;
-    for c in controllers {
-        let held = c.metric("reloader_shards_active").await as usize;
-        if held != floor && held != ceil {
-            return false;
-        }
-        sum += held;
-    }
-    sum == 16
-}
-
-#[tokio::test]
-async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_gain() {
-    with_temp_ns("fleet-scoped", |client, home| async move {
-        let (_, namespaces) = served_namespaces(&client, &home).await;
-        let scope = format!("--namespaces={}", namespaces.join(","));
-        let kubeconfig = support::kubeconfig_path();
-        // DeploymentConfigs off: whether their CRD is installed depends on other tests.
-        let args = [scope.as_str(), "--is-openshift=false"];
-        let a = start_with(&home, &format!("{home}-a"), &args, &kubeconfig).await;
-        let b = start_with(&home, &format!("{home}-b"), &args, &kubeconfig).await;
-        wait_for("16 shards balanced across 2 replicas", || async { balanced(&[&a, &b]).await.then_some(()) }).await;
-        // One watch per kind (ConfigMap, Secret, Deployment, DaemonSet, StatefulSet, CronJob,
-        // Job) and owned namespace: together the two replicas watch each namespace once.
-        let all = NAMESPACES as f64 * 7.0;
-        wait_for("each namespace watched by one replica", || async {
-            let total = a.metric("reloader_watch_streams").await + b.metric("reloader_watch_streams").await;
-            (total == all).then_some(())
-        })
-        .await;
-        update_all(&client, &namespaces, "1").await;
-
-        // B stops: A starts watches for B's namespaces only; its own keep running.
-        let (kept, started_before) =
-            (a.metric("reloader_watch_streams").await, a.metric("reloader_watch_streams_started_total").await);
-        b.stop().await;
-        wait_for("a to watch every namespace", || async {
-            let streams = a.metric("reloader_watch_streams").await;
-            (a.metric("reloader_shards_active").await == 16.0 && streams == all).then_some(())
-        })
-        .await;
-        let started = a.metric("reloader_watch_streams_started_total").await - started_before;
-        println!("after the handoff: {started} watches started, {kept} kept");
-        assert_eq!(started, all - kept, "only the gained namespaces' watches start");
-        update_all(&client, &namespaces, "2").await;
-        a.stop().await;
         delete_namespaces(&client, &namespaces).await;
     })
     .await;

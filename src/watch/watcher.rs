@@ -38,6 +38,7 @@ use crate::watch::{
 mod csi_events;
 mod list_watch;
 mod opening;
+mod seed;
 mod standby;
 mod streams;
 mod unselected;
@@ -233,6 +234,7 @@ pub async fn run(
         csi: CsiState::default(),
         owned: owned.borrow_and_update().clone(),
         synced_for: None,
+        seed_refused: seed::SeedRefused::default(),
     };
     let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
     let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone(), task.config.streaming_lists));
@@ -348,6 +350,8 @@ struct WatchTask {
     owned: BTreeSet<u32>,
     /// Shards the store is complete for.
     synced_for: Option<BTreeSet<u32>>,
+    /// Whether gained namespaces may be seeded from cluster-wide lists (see [`seed`]).
+    seed_refused: seed::SeedRefused,
 }
 
 type NamespaceStream =

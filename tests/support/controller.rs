@@ -155,6 +155,12 @@ impl Controller {
             .sum()
     }
 
+    /// Whether a log line of this start contains `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.get(self.log_start as usize..).unwrap_or_default().contains(text)
+    }
+
     /// Log lines of this start that tell of a call the RBAC refused. (The watch error count
     /// cannot tell: a watch may also fail with 410 Gone and relist, which is no refusal.)
     pub fn refused_calls(&self) -> Vec<String> {

@@ -9,6 +9,7 @@
 pub mod controller;
 pub mod crds;
 pub mod fixtures;
+pub mod fleet;
 pub mod proxy;
 pub mod receiver;
 pub mod scenario;

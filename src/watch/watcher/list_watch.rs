@@ -22,6 +22,8 @@ use kube::runtime::watcher::{self, Event, InitialListStrategy, ListSemantic};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::seed::SeedFuture;
+
 /// How long a watch may stay silent past the timeout it asked the server for (kube's margin).
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 /// The watch timeout asked for when the config names none (kube's).
@@ -32,12 +34,18 @@ const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 type Item<K> = Result<Event<K>, watcher::Error>;
 
 /// The events of `api`'s objects, from a full list on: a drop-in for `kube::runtime::watcher`.
-pub(super) fn watcher<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = Item<K>> + Send
+/// With a seed, its first list is the seed's objects of `api`'s namespace (see `seed`).
+pub(super) fn watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    seed: Option<SeedFuture<K>>,
+) -> impl Stream<Item = Item<K>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let client = api.clone().into_client();
-    futures::stream::unfold((api, client, config, State::Empty), |(api, client, config, mut state)| async move {
+    let start = seed.map_or(State::Empty, State::Seeded);
+    futures::stream::unfold((api, client, config, start), |(api, client, config, mut state)| async move {
         loop {
             let (item, next) = step(&api, &client, &config, state).await;
             state = next;
@@ -51,6 +59,8 @@ where
 enum State<K> {
     /// Nothing known: list (or open a streaming list) next.
     Empty,
+    /// The first list is a seed's, once it is listed (if it fails, as `Empty`).
+    Seeded(SeedFuture<K>),
     /// Paging through the list: objects of the page left to send, where the next page starts,
     /// and the list's resourceVersion.
     Page {
@@ -87,6 +97,14 @@ where
                     Err(err) => (Some(Err(WatchStartFailed(err))), State::Empty),
                 }
             }
+        },
+        State::Seeded(seed) => match (seed.await, api.namespace()) {
+            (Some(seed), Some(namespace)) => {
+                let (objects, version) = seed.take(namespace);
+                let page = State::Page { objects: objects.into(), continue_token: None, version: Some(version) };
+                (Some(Ok(Event::Init)), page)
+            }
+            _ => (None, State::Empty),
         },
         State::Page { mut objects, continue_token, version } => {
             if let Some(object) = objects.pop_front() {

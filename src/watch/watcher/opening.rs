@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::seed::{SEED_MIN_NAMESPACES, Seeds};
 use super::streams::{
     cached_list_config, gated, list_config, raw_workload_stream, tagged, watch_kind, workload_stream,
 };
@@ -89,10 +90,22 @@ impl WatchTask {
         let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
         let configs = self.configs(None);
         let covers = server_shards.active().then(|| self.owned.clone());
-        for scope in wanted.difference(&running) {
+        let new: Vec<&Option<String>> = wanted.difference(&running).collect();
+        let mut seeds = self.seeds(&new);
+        for scope in new {
             let background = scope.as_ref().is_some_and(|ns| self.background.contains(&self.config.ring.shard_of(ns)));
-            self.start_set(client, merged, scope, &configs, SetOf { covers: covers.clone(), group: None, background });
+            let set = SetOf { covers: covers.clone(), group: None, background };
+            self.start_set(client, merged, scope, &configs, set, &mut seeds);
         }
+    }
+
+    /// Seeds for the first lists of `new` namespaces gained by a running replica (namespace-scoped
+    /// mode), if they are many and the cluster-wide list was not refused before. The first
+    /// lists at startup stay per namespace: they are streamed (see `configs`).
+    fn seeds(&self, new: &[&Option<String>]) -> Option<Seeds> {
+        let gained: HashSet<String> = new.iter().filter_map(|scope| scope.as_ref().cloned()).collect();
+        let wanted = self.all_synced && gained.len() >= SEED_MIN_NAMESPACES && !self.seed_refused.get();
+        wanted.then(|| Seeds::new(gained, self.seed_refused.clone()))
     }
 
     /// Server-side sharding, after the held shards changed from `before`: shards gained, and
@@ -121,7 +134,7 @@ impl WatchTask {
         let configs = self.configs(Some(&marker));
         let background = gained.is_subset(&self.background);
         let set = SetOf { covers: Some(gained.clone()), group: Some(marker), background };
-        self.start_set(client, merged, &None, &configs, set);
+        self.start_set(client, merged, &None, &configs, set, &mut None);
     }
 
     /// The watch configs of a set; a group's carry its marker as a field selector.
@@ -163,28 +176,33 @@ impl WatchTask {
         scope: &Option<String>,
         configs: &Configs,
         set: SetOf,
+        seeds: &mut Option<Seeds>,
     ) {
         if self.config.watch_configmaps {
-            let stream = watch_kind::<SlimConfigMap>(client, scope, configs.configmaps.clone());
+            let stream = watch_kind::<SlimConfigMap>(client, scope, configs.configmaps.clone(), seeds);
             self.add_stream(merged, scope, &set, |id| tagged(id, stream, Incoming::ConfigMap));
         }
         if self.config.watch_secrets {
-            let stream = watch_kind::<SlimSecret>(client, scope, configs.secrets.clone());
+            let stream = watch_kind::<SlimSecret>(client, scope, configs.secrets.clone(), seeds);
             self.add_stream(merged, scope, &set, |id| tagged(id, stream, Incoming::Secret));
         }
         if self.config.csi {
-            let stream = watch_kind::<SlimSpcPodStatus>(client, scope, configs.list.clone());
+            let stream = watch_kind::<SlimSpcPodStatus>(client, scope, configs.list.clone(), seeds);
             self.add_stream(merged, scope, &set, |id| tagged(id, stream, Incoming::SpcPodStatus));
-            let stream = watch_kind::<SlimSecretProviderClass>(client, scope, configs.list.clone());
+            let stream = watch_kind::<SlimSecretProviderClass>(client, scope, configs.list.clone(), seeds);
             self.add_stream(merged, scope, &set, |id| tagged(id, stream, Incoming::SecretProviderClass));
         }
         for kind in self.config.workload_kinds.clone() {
             let (compactor, list) = (self.compactor.clone(), configs.list.clone());
             self.add_stream(merged, scope, &set, |id| match kind {
-                WorkloadKind::Deployment => workload_stream::<SlimDeployment>(id, client, scope, &compactor, list),
-                WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor, list),
-                WorkloadKind::StatefulSet => workload_stream::<SlimStatefulSet>(id, client, scope, &compactor, list),
-                other => raw_workload_stream(id, other, client, scope, &compactor, list),
+                WorkloadKind::Deployment => {
+                    workload_stream::<SlimDeployment>(id, client, scope, &compactor, list, seeds)
+                }
+                WorkloadKind::DaemonSet => workload_stream::<SlimDaemonSet>(id, client, scope, &compactor, list, seeds),
+                WorkloadKind::StatefulSet => {
+                    workload_stream::<SlimStatefulSet>(id, client, scope, &compactor, list, seeds)
+                }
+                other => raw_workload_stream(id, other, client, scope, &compactor, list, seeds),
             });
         }
     }

@@ -11,6 +11,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::seed::Seeds;
 use super::{BoxedTagged, Incoming, list_watch};
 use crate::watch::WorkloadKind;
 use crate::watch::wire::{Compactor, SlimRaw, SlimWorkload};
@@ -63,10 +64,13 @@ pub async fn streaming_lists_served(client: &Client, namespace: &str) -> bool {
     tokio::time::timeout(PROBE_TIMEOUT, probe).await.ok().flatten().is_some()
 }
 
+/// The events of `K` in `namespace` (or cluster-wide); a namespace's first list comes from
+/// `seeds` when given.
 pub(super) fn watch_kind<K>(
     client: &Client,
     namespace: &Option<String>,
     config: watcher::Config,
+    seeds: &mut Option<Seeds>,
 ) -> impl Stream<Item = Result<WatchEvent<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -80,7 +84,8 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    list_watch::watcher(api, config).default_backoff()
+    let seed = seeds.as_mut().filter(|_| namespace.is_some()).map(|s| s.of(Api::all(client.clone()), &config));
+    list_watch::watcher(api, config, seed).default_backoff()
 }
 
 pub(super) fn workload_stream<K: SlimWorkload>(
@@ -89,10 +94,11 @@ pub(super) fn workload_stream<K: SlimWorkload>(
     scope: &Option<String>,
     compactor: &Compactor,
     list: watcher::Config,
+    seeds: &mut Option<Seeds>,
 ) -> BoxedTagged {
     let compactor = compactor.clone();
-    let stream =
-        watch_kind::<K>(client, scope, list).map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
+    let stream = watch_kind::<K>(client, scope, list, seeds)
+        .map(move |r| r.map(|e| map_event(e, |object| compactor.compact(&object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(K::KIND, e)))))
 }
 
@@ -104,14 +110,17 @@ pub(super) fn raw_workload_stream(
     scope: &Option<String>,
     compactor: &Compactor,
     list: watcher::Config,
+    seeds: &mut Option<Seeds>,
 ) -> BoxedTagged {
     let resource = kind.api_resource();
     let api: Api<SlimRaw> = match scope {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
+    let seed =
+        seeds.as_mut().filter(|_| scope.is_some()).map(|s| s.of(Api::all_with(client.clone(), &resource), &list));
     let compactor = compactor.clone();
-    let stream = list_watch::watcher(api, list)
+    let stream = list_watch::watcher(api, list, seed)
         .default_backoff()
         .map(move |r| r.map(|e| map_event(e, |object| compactor.compact_raw(kind, &object))));
     Box::pin(stream.map(move |item| (id, item.map(|e| Incoming::Workload(kind, e)))))
