@@ -68,6 +68,8 @@ enum State<K> {
         continue_token: Option<String>,
         version: Option<String>,
     },
+    /// A seed's objects left to send, and the watch already open from the seed's version.
+    SeedPage(VecDeque<K>, String, Events<K>),
     /// A streaming list, until the bookmark that ends its initial events.
     InitialEvents(Events<K>),
     /// Listed (or watched) up to this resourceVersion: watch from it.
@@ -98,13 +100,23 @@ where
                 }
             }
         },
+        // The watch opens before the seed's objects are sent, so that the initial list is done
+        // only once events flow, and the list permits pace the watches' opening as they pace
+        // lists: a handoff's thousands of seeded watches, all opened at once, held the Lease
+        // calls of the fleet behind them for seconds.
         State::Seeded(seed) => match (seed.await, api.namespace()) {
             (Some(seed), Some(namespace)) => {
                 let (objects, version) = seed.take(namespace);
-                let page = State::Page { objects: objects.into(), continue_token: None, version: Some(version) };
-                (Some(Ok(Event::Init)), page)
+                match Events::open(api, client, &watch_params(config, false), &version).await {
+                    Ok(events) => (Some(Ok(Event::Init)), State::SeedPage(objects.into(), version, events)),
+                    Err(err) => (Some(Err(WatchStartFailed(err))), State::Empty),
+                }
             }
             _ => (None, State::Empty),
+        },
+        State::SeedPage(mut objects, version, events) => match objects.pop_front() {
+            Some(object) => (Some(Ok(Event::InitApply(object))), State::SeedPage(objects, version, events)),
+            None => (Some(Ok(Event::InitDone)), State::Watching(version, events)),
         },
         State::Page { mut objects, continue_token, version } => {
             if let Some(object) = objects.pop_front() {
