@@ -3,7 +3,7 @@
 //! namespace's watch, which then watches from that list's resourceVersion. Listing each
 //! namespace instead is a LIST per namespace and kind, about 2,300 for a third of 2,000
 //! namespaces, queued 32 at a time on an API server that is also moving Leases: such a
-//! handoff took 4.6-5.6 s, seeded 2.8-4.3 s (the rest is opening the watches).
+//! handoff took 4.6-5.6 s, seeded 2.5-4.3 s (the rest is opening the watches).
 //!
 //! The cluster-wide LIST needs a ClusterRole that namespace-scoped mode does not: when it is
 //! refused (403), the watches list their namespaces one by one, and no later gain tries again.
