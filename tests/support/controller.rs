@@ -155,18 +155,22 @@ impl Controller {
             .sum()
     }
 
+    /// The log of this start.
+    fn this_start_log(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.get(self.log_start as usize..).unwrap_or_default().to_string()
+    }
+
     /// Whether a log line of this start contains `text`.
     pub fn logged(&self, text: &str) -> bool {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        log.get(self.log_start as usize..).unwrap_or_default().contains(text)
+        self.this_start_log().contains(text)
     }
 
     /// Log lines of this start that tell of a call the RBAC refused. (The watch error count
     /// cannot tell: a watch may also fail with 410 Gone and relist, which is no refusal.)
     pub fn refused_calls(&self) -> Vec<String> {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let this_start = log.get(self.log_start as usize..).unwrap_or_default();
-        this_start.lines().filter(|l| l.to_ascii_lowercase().contains("forbidden")).map(str::to_string).collect()
+        let log = self.this_start_log();
+        log.lines().filter(|l| l.to_ascii_lowercase().contains("forbidden")).map(str::to_string).collect()
     }
 
     /// The controller's resident memory in KiB (`VmRSS` of its process).
