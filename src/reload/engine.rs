@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
@@ -35,11 +34,13 @@ use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, Resource
 mod acted;
 mod deferred;
 mod pipeline;
+mod report;
 mod shards;
 
 use acted::Acted;
 use deferred::Deferred;
 use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Queued};
+pub(crate) use report::workload_reference;
 use shards::{SaveResults, Saving};
 
 /// Field manager of every write, as Reloader's.
@@ -49,8 +50,6 @@ pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(10);
 const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
 const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
-/// Reported bad annotations remembered at most (then reported again once).
-const REPORTED_LIMIT: usize = 10_000;
 /// How often paused Deployments are checked for the end of their pause period.
 const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
@@ -706,58 +705,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    fn report_problems(&mut self, workload: &Workload, problems: &[crate::reload::Problem]) {
-        if self.reported.len() > REPORTED_LIMIT {
-            self.reported.clear();
-        }
-        for problem in problems {
-            let first = (workload.key.clone(), workload.resource_version.clone(), problem.annotation.clone());
-            if !self.reported.insert(first) {
-                continue;
-            }
-            self.metrics.invalid_annotations.inc();
-            warn!(
-                workload = %workload.key,
-                annotation = %problem.annotation,
-                value = %problem.value,
-                reason = %problem.reason,
-                "ignoring invalid annotation value"
-            );
-            let note = format!(
-                "Annotation {} has an unusable value {:?}: {}; the value is ignored",
-                problem.annotation, problem.value, problem.reason
-            );
-            self.publish(workload, EventType::Warning, "InvalidAnnotation", note);
-        }
-    }
-
-    /// Queue an alert for a successful reload; a full queue drops it (counted), never waits.
-    fn alert(&self, resource: &ResourceKey, workload: &WorkloadKey) {
-        let Some((queue, sink)) = &self.alerts else { return };
-        let alert = Alert { resource: resource.clone(), workload: workload.clone(), at: jiff::Timestamp::now() };
-        if queue.try_send(alert).is_err() {
-            self.metrics.alerts.with_label_values(&[sink.to_string().as_str(), "dropped"]).inc();
-            debug!(workload = %workload, "the alert queue is full; dropping the alert");
-        }
-    }
-
-    /// Publish an Event on the workload in the background: the next change does not wait for it.
-    fn publish(&self, workload: &Workload, type_: EventType, reason: &str, note: String) {
-        self.events.post(workload_reference(workload), type_, reason, "Reload", note);
-    }
-}
-
-/// The object reference of an Event on a workload.
-pub(crate) fn workload_reference(workload: &Workload) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(workload.key.kind.api_version()),
-        kind: Some(workload.key.kind.kind().to_string()),
-        name: Some(workload.key.name.to_string()),
-        namespace: Some(workload.key.namespace.to_string()),
-        uid: Some(workload.uid.clone()),
-        ..ObjectReference::default()
     }
 }
 
