@@ -202,3 +202,87 @@ async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_ba
     })
     .await;
 }
+
+/// A replica that loses a shard while its checkpoint loads (it is leaving, or the Lease went)
+/// leaves the shard alone. Compared with a store the watch room is emptying, the take-up saw
+/// every resource as deleted, and a first start saved that empty store as the baseline, so
+/// the next owner would take every resource as created (a rollout each with
+/// `--reload-on-create`). The engine runs in process here, its API calls 300 ms slower, so the
+/// shard is gone long before the checkpoint's read returns.
+#[tokio::test]
+async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use reloader_fleet::reload::{self, Inputs, Keys, Options, Outputs};
+    use reloader_fleet::watch::{Compactor, DataHash, ResourceKey, ResourceState, Store};
+    use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
+    use tokio::sync::{mpsc, watch};
+
+    with_temp_ns("lost-at-take-up", |client, ns| async move {
+        const RESOURCES: usize = 50;
+        let proxy = Proxy::start_with_latency(api_server_addr(), Duration::from_millis(300)).await;
+        let slow = support::client_from(&kubeconfig_via(proxy.addr, "lost-at-take-up")).await;
+        let (store, writer) = Store::new(Vec::new());
+        for n in 0..RESOURCES {
+            let key = ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: format!("cm-{n}").into() };
+            let hash = DataHash::of_bytes(n.to_string().as_bytes());
+            writer.apply_resource(key, ResourceState { hash, ignored: false, search_match: false });
+        }
+        let keys = Keys::default();
+        let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+        let config = reload::Config {
+            strategy: Strategy::EnvVars,
+            keys,
+            options: Options { auto_reload_all: false },
+            reload_on_create: true,
+            reload_on_delete: false,
+            sync_after_restart: false,
+            checkpoint_namespace: ns.clone(),
+            checkpoint_name: "lost-at-take-up".to_string(),
+            ring: std::sync::Arc::new(reloader_fleet::shard::Ring::new(1).expect("one shard")),
+            reporter: kube::runtime::events::Reporter { controller: "reloader".into(), instance: None },
+            compactor,
+            webhook: None,
+            coalesce_window: Duration::ZERO,
+            max_rollouts_per_second: None,
+            max_concurrent_rollouts: None,
+            max_concurrent_writes: 8,
+        };
+        let metrics = reload::Metrics::register(&prometheus::Registry::new(), false).expect("metrics");
+        let (synced_tx, synced) = watch::channel(Some(BTreeSet::from([0])));
+        let (owned_tx, owned) = watch::channel(BTreeSet::from([0]));
+        let (_changes_tx, changes) = mpsc::channel(16);
+        let (active, mut active_rx) = watch::channel(BTreeSet::new());
+        let (reconciled, _) = watch::channel(false);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let inputs = Inputs { store, changes, synced, owned };
+        let outputs = Outputs { reconciled, active, alerts: None };
+        let engine = tokio::spawn(reload::run(slow, config, inputs, metrics, outputs, shutdown.clone()));
+        // Said before the checkpoint is read, which takes a TLS handshake and a GET, 300 ms a leg.
+        let within = Duration::from_secs(30);
+        tokio::time::timeout(within, active_rx.wait_for(|a| a.contains(&0)))
+            .await
+            .expect("the take-up starts")
+            .expect("engine running");
+        // As when the replica leaves: the Lease goes, the watch room says the shard is no longer
+        // synced, then drops its objects.
+        owned_tx.send_replace(BTreeSet::new());
+        synced_tx.send_replace(Some(BTreeSet::new()));
+        writer.forget_namespace(&ns);
+        tokio::time::timeout(within, active_rx.wait_for(BTreeSet::is_empty))
+            .await
+            .expect("the shard is let go")
+            .expect("engine running");
+        shutdown.cancel();
+        engine.await.expect("engine task").expect("engine");
+        let saved = Api::<ConfigMap>::namespaced(client, &ns).get_opt("lost-at-take-up").await.expect("get");
+        let lines =
+            saved.map(|cm| cm.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default().lines().count());
+        assert!(
+            lines.is_none() || lines == Some(RESOURCES),
+            "a checkpoint saved with {lines:?} of the {RESOURCES} resources the shard holds"
+        );
+    })
+    .await;
+}

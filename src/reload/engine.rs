@@ -176,6 +176,7 @@ pub async fn run(
         checkpoints: BTreeMap::new(),
         dirty: BTreeSet::new(),
         owned: owned.clone(),
+        synced: synced.clone(),
         active,
         alerts,
         deferred: Deferred::new(config_budget, config_concurrency),
@@ -300,6 +301,8 @@ struct Engine {
     /// Active shards whose acted-on hashes changed since their last save.
     dirty: BTreeSet<u32>,
     owned: watch::Receiver<BTreeSet<u32>>,
+    /// The watch room's synced shards, read again once a take-up has read the store.
+    synced: watch::Receiver<Option<BTreeSet<u32>>>,
     /// Tells the lease room which shards the engine is on: see [`Outputs::active`].
     active: watch::Sender<BTreeSet<u32>>,
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,

@@ -503,6 +503,12 @@ impl WatchTask {
         let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
         let gained: BTreeSet<u32> = now_owned.difference(&self.owned).copied().collect();
         let standby = self.keeps_standby;
+        // Lost shards leave `synced` before their objects leave the store: an engine that read
+        // the store while taking a shard up and then still finds it synced read it whole.
+        if let Some(done) = self.synced_for.as_mut() {
+            done.retain(|s| now_owned.contains(s));
+            synced.send_replace(self.synced_for.clone());
+        }
         if !lost.is_empty() {
             for namespace in self.writer.store().namespaces() {
                 if lost.contains(&self.config.ring.shard_of(&namespace)) {
@@ -538,10 +544,6 @@ impl WatchTask {
             info!(shards = ?gained, resources, workloads, "gained shards; loaded from the standby, no relist");
         }
         self.owned = now_owned;
-        if let Some(done) = self.synced_for.as_mut() {
-            done.retain(|s| self.owned.contains(s));
-            synced.send_replace(self.synced_for.clone());
-        }
         !gained.is_empty()
     }
 

@@ -41,8 +41,13 @@ pub fn kubeconfig_path() -> PathBuf {
 /// A client for the local control plane. Panics with instructions when none is running, so a
 /// missing control plane is a loud failure, never a silent skip.
 pub async fn client() -> Client {
-    let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|err| {
+    client_from(&kubeconfig_path()).await
+}
+
+/// A client for the control plane as `path` reaches it (the admin kubeconfig, or one through a
+/// proxy).
+pub async fn client_from(path: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|err| {
         panic!(
             "no control plane: cannot read kubeconfig {} ({err}). \
              Start one with `hack/cluster up --nodes 2`, or run everything with `hack/test`.",

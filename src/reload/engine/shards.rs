@@ -86,6 +86,11 @@ impl Engine {
         work
     }
 
+    /// Whether `shard` is still owned and complete in the store.
+    fn holds(&self, shard: u32) -> bool {
+        self.owned.borrow().contains(&shard) && self.synced.borrow().as_ref().is_some_and(|s| s.contains(&shard))
+    }
+
     pub(super) fn shard_of(&self, key: &ResourceKey) -> u32 {
         self.config.ring.shard_of(&key.namespace)
     }
@@ -169,9 +174,22 @@ impl Engine {
                     continue;
                 }
             };
-            self.checkpoints.insert(shard, checkpoint);
             let first_start = loaded.is_none();
             let work = self.initial_work(shard, loaded);
+            // The store read above is whole only if the shard is still held after it: while the
+            // checkpoint loaded, the shard may have gone (this replica leaving), and the watch
+            // room drops its objects right after saying so. Compared with a half-emptied store
+            // the checkpoint would see deletions that never happened, and a first start would
+            // save them as its baseline.
+            if !self.holds(shard) {
+                self.acted.forget(shard);
+                self.active.send_modify(|a| {
+                    a.remove(&shard);
+                });
+                info!(shard, "shard lost while being taken up; left to its next owner");
+                continue;
+            }
+            self.checkpoints.insert(shard, checkpoint);
             info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
             self.dirty.insert(shard);
             if first_start {
