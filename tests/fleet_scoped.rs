@@ -33,6 +33,7 @@ async fn namespace_scoped_replicas_start_watches_only_for_the_namespaces_they_ga
         assert_eq!(handoff.started, handoff.gained, "only the gained namespaces' watches start");
         let (lists, gained) = (handoff.lists, handoff.gained);
         assert!(lists <= KINDS, "{lists} LISTs for {gained} gained watches: not one per kind");
+        assert!(handoff.bridged, "the gained namespaces were not fed by a bridge watch while theirs opened");
     })
     .await;
 }
@@ -62,6 +63,8 @@ struct Handoff {
     lists: f64,
     /// Whether A logged its cluster-wide list refused.
     refused: bool,
+    /// Whether A fed the gained namespaces from cluster-wide watches until theirs opened.
+    bridged: bool,
 }
 
 /// Replicas A and B on `namespaces` as `kubeconfig`'s user; every ConfigMap changes while B
@@ -95,6 +98,7 @@ async fn hand_over(client: &kube::Client, home: &str, namespaces: &[String], kub
         gained: all - kept,
         lists: object_lists(&a).await - lists_before,
         refused: a.logged("cluster-wide list refused"),
+        bridged: a.logged("bridged=true"),
     };
     println!("after the handoff: {} watches started, {kept} kept, {} LISTs", handoff.started, handoff.lists);
     assert!(handoff.gained >= 16.0 * KINDS, "b held {} namespaces, fewer than a seed needs", handoff.gained / KINDS);

@@ -18,9 +18,8 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
-use kube::runtime::watcher::{self, Event as WatchEvent};
-
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, Resource};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
@@ -35,6 +34,7 @@ use crate::watch::{
     WorkloadKind, Writer, looks_like_reloader,
 };
 
+mod bridge;
 mod csi_events;
 mod list_watch;
 mod opening;

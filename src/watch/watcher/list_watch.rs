@@ -22,6 +22,7 @@ use kube::runtime::watcher::{self, Event, InitialListStrategy, ListSemantic};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::bridge::Feed;
 use super::seed::SeedFuture;
 
 /// How long a watch may stay silent past the timeout it asked the server for (kube's margin).
@@ -70,6 +71,17 @@ enum State<K> {
     },
     /// A seed's objects left to send, and the watch already open from the seed's version.
     SeedPage(VecDeque<K>, String, Events<K>),
+    /// A seed's objects left to send, then the bridge's events (see `bridge`).
+    BridgedPage(VecDeque<K>, Feed<K>),
+    /// Fed by the bridge until this namespace's turn to open its own watch.
+    Bridged(Feed<K>),
+    /// Left the bridge at `version`: the events it sent up to there, then the watch from there,
+    /// opened while holding the turn.
+    Opening {
+        version: String,
+        left: VecDeque<Event<K>>,
+        turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
     /// A streaming list, until the bookmark that ends its initial events.
     InitialEvents(Events<K>),
     /// Listed (or watched) up to this resourceVersion: watch from it.
@@ -104,19 +116,49 @@ where
         // only once events flow, and the list permits pace the watches' opening as they pace
         // lists: a handoff's thousands of seeded watches, all opened at once, held the Lease
         // calls of the fleet behind them for seconds.
+        // With a bridge, the namespace is loaded at once and fed by the bridge meanwhile.
         State::Seeded(seed) => match (seed.await, api.namespace()) {
-            (Some(seed), Some(namespace)) => {
-                let (objects, version) = seed.take(namespace);
-                match Events::open(api, client, &watch_params(config, false), &version).await {
-                    Ok(events) => (Some(Ok(Event::Init)), State::SeedPage(objects.into(), version, events)),
-                    Err(err) => (Some(Err(WatchStartFailed(err))), State::Empty),
+            (Some(seed), Some(namespace)) => match seed.take(namespace) {
+                (objects, _, Some(feed)) => (Some(Ok(Event::Init)), State::BridgedPage(objects.into(), feed)),
+                (objects, version, None) => {
+                    match Events::open(api, client, &watch_params(config, false), &version).await {
+                        Ok(events) => (Some(Ok(Event::Init)), State::SeedPage(objects.into(), version, events)),
+                        Err(err) => (Some(Err(WatchStartFailed(err))), State::Empty),
+                    }
                 }
-            }
+            },
             _ => (None, State::Empty),
         },
         State::SeedPage(mut objects, version, events) => match objects.pop_front() {
             Some(object) => (Some(Ok(Event::InitApply(object))), State::SeedPage(objects, version, events)),
             None => (Some(Ok(Event::InitDone)), State::Watching(version, events)),
+        },
+        State::BridgedPage(mut objects, feed) => match objects.pop_front() {
+            Some(object) => (Some(Ok(Event::InitApply(object))), State::BridgedPage(objects, feed)),
+            None => (Some(Ok(Event::InitDone)), State::Bridged(feed)),
+        },
+        State::Bridged(mut feed) => {
+            let opens = feed.opens();
+            let next = tokio::select! {
+                biased;
+                event = feed.next() => Ok(event),
+                turn = opens.clone().acquire_owned() => Err(turn.ok()),
+            };
+            let turn = match next {
+                Ok(Some(event)) => return (Some(Ok(event)), State::Bridged(feed)),
+                // The bridge stopped: open now, in turn.
+                Ok(None) => opens.acquire_owned().await.ok(),
+                Err(turn) => turn,
+            };
+            let (version, left) = feed.leave();
+            (None, State::Opening { version, left: left.into(), turn })
+        }
+        State::Opening { version, mut left, turn } => match left.pop_front() {
+            Some(event) => (Some(Ok(event)), State::Opening { version, left, turn }),
+            None => match Events::open(api, client, &watch_params(config, false), &version).await {
+                Ok(events) => (None, State::Watching(version, events)),
+                Err(err) => (Some(Err(WatchStartFailed(err))), State::Listed(version)),
+            },
         },
         State::Page { mut objects, continue_token, version } => {
             if let Some(object) = objects.pop_front() {
@@ -201,7 +243,7 @@ fn list_params(config: &watcher::Config) -> ListParams {
     }
 }
 
-fn watch_params(config: &watcher::Config, initial_events: bool) -> WatchParams {
+pub(super) fn watch_params(config: &watcher::Config, initial_events: bool) -> WatchParams {
     WatchParams {
         label_selector: config.label_selector.clone(),
         field_selector: config.field_selector.clone(),
@@ -212,14 +254,19 @@ fn watch_params(config: &watcher::Config, initial_events: bool) -> WatchParams {
 }
 
 /// The events of one watch response, read line by line.
-struct Events<K> {
+pub(super) struct Events<K> {
     body: Body,
     lines: Lines,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K: Resource + DeserializeOwned> Events<K> {
-    async fn open(api: &Api<K>, client: &Client, params: &WatchParams, version: &str) -> kube::Result<Events<K>> {
+    pub(super) async fn open(
+        api: &Api<K>,
+        client: &Client,
+        params: &WatchParams,
+        version: &str,
+    ) -> kube::Result<Events<K>> {
         let mut request =
             kube::core::Request::new(api.resource_url()).watch(params, version).map_err(kube::Error::BuildRequest)?;
         // As kube does: each watch event is a gzip member of its own, which its decoder mishandles.
@@ -243,7 +290,7 @@ impl<K: Resource + DeserializeOwned> Events<K> {
     }
 
     /// The next event; `None` when the watch ended, or was silent past its timeout.
-    async fn next(&mut self, timeout: Option<u32>) -> Option<kube::Result<WatchEvent<K>>> {
+    pub(super) async fn next(&mut self, timeout: Option<u32>) -> Option<kube::Result<WatchEvent<K>>> {
         if timeout == Some(0) {
             return self.next_event().await;
         }
