@@ -457,7 +457,7 @@ async fn hands_over_warm(client: &kube::Client, home: &str, namespaces: &[String
 
 /// Namespace-scoped watches of 14 namespaces (98 watches) share HTTP/2 connections, each
 /// filled to the stream limit the API server announces (100 here, so 90 a connection: the
-/// watches need two), and every watch gets its events: none waits, unsent, past a connection's
+/// watches need two; other requests 16 a connection), and every watch gets its events: none waits, unsent, past a connection's
 /// limit. With `--http2=false` each holds a connection of its own (HTTP/1.1), as kube's client does.
 #[tokio::test]
 async fn namespace_scoped_watches_share_http2_connections_up_to_the_servers_stream_limit() {
@@ -483,8 +483,9 @@ async fn namespace_scoped_watches_share_http2_connections_up_to_the_servers_stre
             a.stop().await;
         }
         println!("{all} watches: {} connection(s) with HTTP/2, {} with HTTP/1.1", seen[0], seen[1]);
-        // Two for the watches, one for other requests.
-        assert!((2..=3).contains(&seen[0]), "{} connections for {all} watches over HTTP/2", seen[0]);
+        // Two for the watches; other requests go 16 to a connection, so the start's burst
+        // (98 lists, 32 at once, the 16 checkpoints and the Lease calls) opens a few more.
+        assert!((2..=7).contains(&seen[0]), "{} connections for {all} watches over HTTP/2", seen[0]);
         assert!(seen[1] as f64 >= all, "{} connections for {all} watches over HTTP/1.1", seen[1]);
         delete_namespaces(&client, &namespaces).await;
     })
