@@ -158,7 +158,12 @@ pub async fn run(
     let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
     let acted = Acted::new(config.ring.clone());
     let config_writes = config.max_concurrent_writes;
-    let events = Events::new(recorder, writes_out, metrics.errors.with_label_values(&["event_dropped"]));
+    let events = Events::new(
+        recorder,
+        writes_out,
+        metrics.errors.with_label_values(&["event_dropped"]),
+        metrics.events_pending.clone(),
+    );
     let mut engine = Engine {
         rules,
         client,

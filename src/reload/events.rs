@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
-use prometheus::IntCounter;
-use tokio::sync::{Semaphore, watch};
+use prometheus::{IntCounter, IntGauge};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::{debug, warn};
 
 use crate::reload::engine::API_TIMEOUT;
@@ -56,25 +56,28 @@ pub(crate) struct Events {
     /// One permit per Event made and not yet posted.
     backlog: Arc<Semaphore>,
     dropped: IntCounter,
+    /// Events made and not yet posted (or given up on).
+    pending: IntGauge,
     writes: WritesOut,
 }
 
 impl Events {
-    /// Events that yield to the writes counted by `writes`; those dropped for a full backlog
-    /// are counted in `dropped`.
-    pub(crate) fn new(recorder: Recorder, writes: WritesOut, dropped: IntCounter) -> Self {
+    /// Events that yield to the writes counted by `writes`; those waiting are counted in
+    /// `pending`, those dropped for a full backlog in `dropped`.
+    pub(crate) fn new(recorder: Recorder, writes: WritesOut, dropped: IntCounter, pending: IntGauge) -> Self {
         Events {
             recorder,
             permits: Arc::new(Semaphore::new(EVENT_POSTS)),
             backlog: Arc::new(Semaphore::new(EVENT_BACKLOG)),
             dropped,
+            pending,
             writes,
         }
     }
 
     /// Post in the background; failures are logged at debug level.
     pub(crate) fn post(&self, regarding: ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
-        let Ok(waiting) = self.backlog.clone().try_acquire_owned() else {
+        let Ok(permit) = self.backlog.clone().try_acquire_owned() else {
             if self.dropped.get().is_multiple_of(1000) {
                 warn!(
                     backlog = EVENT_BACKLOG,
@@ -85,6 +88,7 @@ impl Events {
             self.dropped.inc();
             return;
         };
+        let waiting = Waiting::new(permit, self.pending.clone());
         let event = Event {
             type_,
             reason: reason.to_string(),
@@ -109,6 +113,25 @@ impl Events {
                 Err(_) => debug!(object = %name, "publishing an Event timed out"),
             }
         });
+    }
+}
+
+/// One Event's place in the backlog, counted as pending until dropped.
+struct Waiting {
+    _place: OwnedSemaphorePermit,
+    pending: IntGauge,
+}
+
+impl Waiting {
+    fn new(place: OwnedSemaphorePermit, pending: IntGauge) -> Self {
+        pending.inc();
+        Waiting { _place: place, pending }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.pending.dec();
     }
 }
 
@@ -138,12 +161,38 @@ mod tests {
         let writes = WritesOut::new();
         let _out = writes.enter();
         let dropped = IntCounter::new("dropped", "dropped")?;
-        let events = Events::new(recorder, writes, dropped.clone());
+        let pending = IntGauge::new("pending", "pending")?;
+        let events = Events::new(recorder, writes, dropped.clone(), pending.clone());
         let regarding = ObjectReference { name: Some("w".into()), ..ObjectReference::default() };
         for _ in 0..EVENT_BACKLOG + 3 {
             events.post(regarding.clone(), EventType::Normal, "Reloaded", "Reload", "note".into());
         }
         assert_eq!(dropped.get(), 3);
+        assert_eq!(pending.get(), EVENT_BACKLOG as i64, "every Event in the backlog counts as pending");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_event_stops_counting_as_pending_once_its_post_is_over() -> anyhow::Result<()> {
+        // Nothing listens there: each post fails at once, and no write is out to wait for.
+        let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+        let pending = IntGauge::new("pending", "pending")?;
+        let events = Events::new(
+            Recorder::new(client, "test".into()),
+            WritesOut::new(),
+            IntCounter::new("dropped", "dropped")?,
+            pending.clone(),
+        );
+        let regarding = ObjectReference { name: Some("w".into()), ..ObjectReference::default() };
+        for _ in 0..3 {
+            events.post(regarding.clone(), EventType::Normal, "Reloaded", "Reload", "note".into());
+        }
+        assert!(pending.get() > 0, "made and not posted yet");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while pending.get() > 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{} Events still pending after 10 s", pending.get());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok(())
     }
 }

@@ -40,6 +40,9 @@ pub struct Metrics {
     /// `reloader_rollouts_in_flight`: written workloads whose rollout counts against
     /// `--max-concurrent-rollouts` (not complete yet).
     pub rollouts_in_flight: prometheus::IntGauge,
+    /// `reloader_events_pending`: reload Events made and not yet posted (they wait for a
+    /// moment with no write out, at most 5 s).
+    pub events_pending: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -112,6 +115,9 @@ impl Metrics {
             "Written workloads whose rollout is not complete yet (with --max-concurrent-rollouts)",
         )?;
         registry.register(Box::new(rollouts_in_flight.clone()))?;
+        let events_pending =
+            prometheus::IntGauge::new("reloader_events_pending", "Reload Events made and not yet posted")?;
+        registry.register(Box::new(events_pending.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -147,6 +153,7 @@ impl Metrics {
             alerts,
             deferred_writes,
             rollouts_in_flight,
+            events_pending,
         })
     }
 

@@ -50,6 +50,8 @@ pub struct Metrics {
     /// `reloader_annotation_lint_events_dropped_total`: findings whose Event was dropped
     /// because too many waited to be posted.
     events_dropped: IntCounter,
+    /// `reloader_annotation_lint_events_pending`: findings' Events made and not yet posted.
+    events_pending: IntGauge,
 }
 
 impl Metrics {
@@ -69,8 +71,11 @@ impl Metrics {
         registry.register(Box::new(findings.clone()))?;
         registry.register(Box::new(received.clone()))?;
         registry.register(Box::new(pending.clone()))?;
+        let events_pending =
+            IntGauge::new("reloader_annotation_lint_events_pending", "Lint Events made and not yet posted")?;
         registry.register(Box::new(events_dropped.clone()))?;
-        Ok(Metrics { findings, received, pending, events_dropped })
+        registry.register(Box::new(events_pending.clone()))?;
+        Ok(Metrics { findings, received, pending, events_dropped, events_pending })
     }
 }
 
@@ -99,7 +104,12 @@ pub async fn run(
         keys,
         store,
         watched,
-        events: Events::new(Recorder::new(client, reporter), WritesOut::new(), metrics.events_dropped.clone()),
+        events: Events::new(
+            Recorder::new(client, reporter),
+            WritesOut::new(),
+            metrics.events_dropped.clone(),
+            metrics.events_pending.clone(),
+        ),
         metrics,
         reported: HashMap::new(),
         missing: HashSet::new(),
