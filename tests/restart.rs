@@ -3,16 +3,25 @@
 
 mod support;
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use reloader_fleet::reload::Strategy;
+use reloader_fleet::reload::{self, Inputs, Keys, Options, Outputs, Strategy};
+use reloader_fleet::shard::Ring;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use reloader_fleet::watch::{Cause, Change, Compactor, DataHash, ResourceKey, ResourceState, SlimDeployment, Store};
 use serde_json::json;
 use support::controller::Controller;
-use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap};
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap, recorded_env};
 use support::scenario::{Ctx, wait_stored};
 use support::{wait_for, with_temp_ns};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 const CHECKPOINT: &str = "reloader-fleet-checkpoint";
 
@@ -211,13 +220,7 @@ async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_ba
 /// shard is gone long before the checkpoint's read returns.
 #[tokio::test]
 async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
-    use std::collections::BTreeSet;
-    use std::time::Duration;
-
-    use reloader_fleet::reload::{self, Inputs, Keys, Options, Outputs};
-    use reloader_fleet::watch::{Compactor, DataHash, ResourceKey, ResourceState, Store};
     use support::proxy::{Proxy, api_server_addr, kubeconfig_via};
-    use tokio::sync::{mpsc, watch};
 
     with_temp_ns("lost-at-take-up", |client, ns| async move {
         const RESOURCES: usize = 50;
@@ -229,53 +232,16 @@ async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
             let hash = DataHash::of_bytes(n.to_string().as_bytes());
             writer.apply_resource(key, ResourceState { hash, ignored: false, search_match: false });
         }
-        let keys = Keys::default();
-        let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
-        let config = reload::Config {
-            strategy: Strategy::EnvVars,
-            keys,
-            options: Options { auto_reload_all: false },
-            reload_on_create: true,
-            reload_on_delete: false,
-            sync_after_restart: false,
-            checkpoint_namespace: ns.clone(),
-            checkpoint_name: "lost-at-take-up".to_string(),
-            ring: std::sync::Arc::new(reloader_fleet::shard::Ring::new(1).expect("one shard")),
-            reporter: kube::runtime::events::Reporter { controller: "reloader".into(), instance: None },
-            compactor,
-            webhook: None,
-            coalesce_window: Duration::ZERO,
-            max_rollouts_per_second: None,
-            max_concurrent_rollouts: None,
-            max_concurrent_writes: 8,
-        };
-        let metrics = reload::Metrics::register(&prometheus::Registry::new(), false).expect("metrics");
-        let (synced_tx, synced) = watch::channel(Some(BTreeSet::from([0])));
-        let (owned_tx, owned) = watch::channel(BTreeSet::from([0]));
-        let (_changes_tx, changes) = mpsc::channel(16);
-        let (active, mut active_rx) = watch::channel(BTreeSet::new());
-        let (reconciled, _) = watch::channel(false);
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let inputs = Inputs { store, changes, synced, owned };
-        let outputs = Outputs { reconciled, active, alerts: None };
-        let engine = tokio::spawn(reload::run(slow, config, inputs, metrics, outputs, shutdown.clone()));
+        let mut engine = InProcess::start(slow, &ns, "lost-at-take-up", 1, store, BTreeSet::from([0]));
         // Said before the checkpoint is read, which takes a TLS handshake and a GET, 300 ms a leg.
-        let within = Duration::from_secs(30);
-        tokio::time::timeout(within, active_rx.wait_for(|a| a.contains(&0)))
-            .await
-            .expect("the take-up starts")
-            .expect("engine running");
+        engine.wait_active("the take-up starts", |a| a.contains(&0)).await;
         // As when the replica leaves: the Lease goes, the watch room says the shard is no longer
         // synced, then drops its objects.
-        owned_tx.send_replace(BTreeSet::new());
-        synced_tx.send_replace(Some(BTreeSet::new()));
+        engine.owned.send_replace(BTreeSet::new());
+        engine.synced.send_replace(Some(BTreeSet::new()));
         writer.forget_namespace(&ns);
-        tokio::time::timeout(within, active_rx.wait_for(BTreeSet::is_empty))
-            .await
-            .expect("the shard is let go")
-            .expect("engine running");
-        shutdown.cancel();
-        engine.await.expect("engine task").expect("engine");
+        engine.wait_active("the shard is let go", BTreeSet::is_empty).await;
+        engine.stop().await;
         let saved = Api::<ConfigMap>::namespaced(client, &ns).get_opt("lost-at-take-up").await.expect("get");
         let lines =
             saved.map(|cm| cm.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default().lines().count());
@@ -285,4 +251,211 @@ async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
         );
     })
     .await;
+}
+
+/// Regression: a shard's take-up read its checkpoint on the engine's loop, so a change of
+/// any other shard waited for that read (0.1-0.2 s under load at a handoff, up to the 10 s
+/// API timeout on a stuck server). The engine runs in process here, on a client that holds
+/// the read of the gained shard's checkpoint until told: a change of the shard it already
+/// acts on must be written meanwhile.
+#[tokio::test]
+async fn a_change_never_waits_for_another_shards_take_up() {
+    with_temp_ns("take-up-aside", |client, ns| async move {
+        let ring = Ring::new(2).expect("two shards");
+        let (mine, gained) = (ring.shard_of(&ns), 1 - ring.shard_of(&ns));
+        create_configmap(&client, &ns, "cfg", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "app").auto().env_from_configmap("cfg").create(&client, &ns).await;
+        // What the watches would hold.
+        let (store, writer) = Store::new(Vec::new());
+        let key = ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: "cfg".into() };
+        let state = |k: &str| ResourceState { hash: cm_data_hash(k), ignored: false, search_match: false };
+        writer.apply_resource(key.clone(), state("1"));
+        let app: SlimDeployment = Api::namespaced(client.clone(), &ns).get("app").await.expect("get app");
+        writer.apply_workload(compactor().compact(&app).expect("a workload the engine keeps"));
+
+        let checkpoint = "take-up-aside";
+        let hold = HoldReads::of(&format!("/configmaps/{checkpoint}-shard-{gained}"));
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(support::kubeconfig_path()).expect("kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("config");
+        let holding = kube::client::ClientBuilder::try_from(config).expect("client builder").with_layer(&hold).build();
+        let mut engine = InProcess::start(holding, &ns, checkpoint, 2, store, BTreeSet::from([mine]));
+        wait_for("the engine to be ready", || async { engine.reconciled.borrow().then_some(()) }).await;
+
+        // The other shard is gained: its checkpoint's read is held.
+        engine.owned.send_replace(BTreeSet::from([mine, gained]));
+        engine.synced.send_replace(Some(BTreeSet::from([mine, gained])));
+        wait_for("the take-up's read to be held", || async { (hold.held() == 1).then_some(()) }).await;
+
+        // Meanwhile the ConfigMap of the shard already acted on changes, as the watch says it.
+        patch_configmap(&client, &ns, "cfg", json!({ "data": { "k": "2" } })).await;
+        let previous = writer.apply_resource(key.clone(), state("2")).map(|s| s.hash);
+        let change = Change { key, observed: Some(cm_data_hash("2")), previous, cause: Cause::Event };
+        engine.changes.send(change).await.expect("engine running");
+        let hash = cm_hash(&[("k", "2")]);
+        wait_for("app to record the change", || async {
+            let recorded = recorded_env(&client, &ns, Kind::Deployment, "app", Cm, "cfg").await;
+            recorded.is_some_and(|r| r.hash == hash).then_some(())
+        })
+        .await;
+        assert_eq!(hold.held(), 1, "the change was written only once the other shard's checkpoint read ended");
+
+        hold.release();
+        engine.wait_active("the gained shard taken up", |a| a.contains(&gained) && a.contains(&mine)).await;
+        engine.stop().await;
+    })
+    .await;
+}
+
+fn cm_data_hash(value: &str) -> DataHash {
+    DataHash::of_configmap(&[("k".to_string(), value.to_string())].into(), &Default::default())
+}
+
+fn compactor() -> Compactor {
+    let keys = Keys::default();
+    Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false)
+}
+
+/// The reload engine run in this process on a store the test fills, with the channels the
+/// watch and lease rooms would hold.
+struct InProcess {
+    changes: mpsc::Sender<Change>,
+    synced: watch::Sender<Option<BTreeSet<u32>>>,
+    owned: watch::Sender<BTreeSet<u32>>,
+    active: watch::Receiver<BTreeSet<u32>>,
+    reconciled: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), reload::Error>>,
+}
+
+impl InProcess {
+    /// Start it with `shards` shards (`--reload-on-create`, env-vars), its checkpoints
+    /// `checkpoint` in `ns`, owning and synced for `owned`.
+    fn start(
+        client: kube::Client,
+        ns: &str,
+        checkpoint: &str,
+        shards: u32,
+        store: Store,
+        owned: BTreeSet<u32>,
+    ) -> Self {
+        let config = reload::Config {
+            strategy: Strategy::EnvVars,
+            keys: Keys::default(),
+            options: Options { auto_reload_all: false },
+            reload_on_create: true,
+            reload_on_delete: false,
+            sync_after_restart: false,
+            checkpoint_namespace: ns.to_string(),
+            checkpoint_name: checkpoint.to_string(),
+            ring: Arc::new(Ring::new(shards).expect("a ring")),
+            reporter: kube::runtime::events::Reporter { controller: "reloader".into(), instance: None },
+            compactor: compactor(),
+            webhook: None,
+            coalesce_window: Duration::ZERO,
+            max_rollouts_per_second: None,
+            max_concurrent_rollouts: None,
+            max_concurrent_writes: 8,
+        };
+        let metrics = reload::Metrics::register(&prometheus::Registry::new(), false).expect("metrics");
+        let (synced, synced_rx) = watch::channel(Some(owned.clone()));
+        let (owned, owned_rx) = watch::channel(owned);
+        let (changes, changes_rx) = mpsc::channel(16);
+        let (active_tx, active) = watch::channel(BTreeSet::new());
+        let (reconciled_tx, reconciled) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let inputs = Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx };
+        let outputs = Outputs { reconciled: reconciled_tx, active: active_tx, alerts: None };
+        let task = tokio::spawn(reload::run(client, config, inputs, metrics, outputs, shutdown.clone()));
+        InProcess { changes, synced, owned, active, reconciled, shutdown, task }
+    }
+
+    async fn wait_active(&mut self, what: &str, done: impl Fn(&BTreeSet<u32>) -> bool) {
+        tokio::time::timeout(support::DEADLINE, self.active.wait_for(done))
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+            .expect("engine running");
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("engine task").expect("engine");
+    }
+}
+
+/// A client layer that holds every GET whose path contains a text until released: an API
+/// server slow to answer one read. A held request dropped by its caller stops counting.
+#[derive(Clone)]
+struct HoldReads {
+    path: Arc<str>,
+    release: Arc<watch::Sender<bool>>,
+    held: Arc<AtomicUsize>,
+}
+
+impl HoldReads {
+    fn of(path: &str) -> Self {
+        HoldReads { path: path.into(), release: Arc::new(watch::channel(false).0), held: Arc::default() }
+    }
+
+    fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+impl<S> tower::Layer<S> for HoldReads {
+    type Service = Holding<S>;
+
+    fn layer(&self, inner: S) -> Holding<S> {
+        Holding { inner, hold: self.clone() }
+    }
+}
+
+struct Holding<S> {
+    inner: S,
+    hold: HoldReads,
+}
+
+impl<S> tower::Service<http::Request<kube::client::Body>> for Holding<S>
+where
+    S: tower::Service<http::Request<kube::client::Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let held = request.method() == http::Method::GET && request.uri().path().contains(&*self.hold.path);
+        // Nothing is sent before the returned future is polled.
+        let call = self.inner.call(request);
+        let (mut released, count) = (self.hold.release.subscribe(), self.hold.held.clone());
+        Box::pin(async move {
+            if held {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _counted = Counted(count);
+                let _ = released.wait_for(|r| *r).await;
+            }
+            call.await
+        })
+    }
+}
+
+/// Counts one held request out when dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }

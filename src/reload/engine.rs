@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
@@ -41,7 +42,7 @@ use acted::Acted;
 use deferred::Deferred;
 use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Queued};
 pub(crate) use report::workload_reference;
-use shards::{SaveResults, Saving};
+use shards::{Load, SaveResults, Saving};
 
 /// Field manager of every write, as Reloader's.
 pub const FIELD_MANAGER: &str = "Reloader";
@@ -189,8 +190,12 @@ pub async fn run(
         queue: VecDeque::new(),
         pipeline: Pipeline::new(config_writes),
         saving: None,
+        loading: HashMap::new(),
+        loads: FuturesUnordered::new(),
+        next_ticket: 0,
     };
     engine.follow(&wanted(&mut synced, &mut owned)).await;
+    engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
     engine.settle().await;
     reconciled.send_replace(true);
@@ -206,6 +211,9 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
             Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
+            Some(loaded) = futures::StreamExt::next(&mut engine.loads), if !engine.loads.is_empty() => {
+                engine.take_up(loaded).await;
+            }
             // Due deferred writes before new changes: a steady stream of changes must not
             // starve them.
             Some(expired) = futures::StreamExt::next(&mut engine.deferred.windows), if !engine.deferred.windows.is_empty() => {
@@ -220,7 +228,7 @@ pub async fn run(
                 engine.resume_paused().await;
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
-                if wanted.iter().any(|s| !engine.checkpoints.contains_key(s)) {
+                if !engine.follows(&wanted) {
                     engine.follow(&wanted).await;
                 }
             }
@@ -321,6 +329,12 @@ struct Engine {
     pipeline: Pipeline,
     /// The checkpoint save running in the background, if any.
     saving: Option<Saving>,
+    /// Shards being taken up (their checkpoints read in the background), with the ticket of
+    /// the take-up: a read that comes back for another ticket is ignored.
+    loading: HashMap<u32, u64>,
+    /// The checkpoint reads in flight.
+    loads: FuturesUnordered<Load>,
+    next_ticket: u64,
 }
 
 impl Engine {

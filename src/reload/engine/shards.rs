@@ -1,8 +1,17 @@
 //! Taking up and letting go of shards: each shard's checkpoint is loaded when the engine
 //! takes the shard up (and what changed meanwhile acted on), and saved when it lets go.
+//!
+//! ```text
+//!  gained ─▶ active (said before reading) ─▶ checkpoint read in the background ─▶ take_up:
+//!            changes of the shard meanwhile       (other shards' changes go on)     store vs checkpoint
+//!            are not decided: the store holds them,                                  ─▶ the pipeline
+//!            and take_up compares it after the read
+//! ```
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use tracing::{debug, info, warn};
@@ -13,6 +22,19 @@ use crate::watch::{Cause, Change, ResourceKey, ResourceState};
 
 /// Checkpoints saved at once.
 const CHECKPOINT_SAVES: usize = 4;
+
+/// A shard's checkpoint, read in the background for its take-up.
+pub(super) type Load = BoxFuture<'static, Loaded>;
+
+/// What a take-up's read of a checkpoint found.
+pub(super) struct Loaded {
+    shard: u32,
+    /// The take-up it was read for (see [`Engine::take_up`]).
+    ticket: u64,
+    /// The checkpoint and its content (`None`: there is none yet, a first start), or why it
+    /// could not be read.
+    result: Result<(Checkpoint, Option<HashMap<ResourceKey, ShortHash>>), String>,
+}
 
 /// What a background save wrote: per shard, the checkpoint copy and how its save went.
 pub(super) type SaveResults = Vec<(u32, Checkpoint, Result<(), crate::reload::checkpoint::Error>)>;
@@ -103,22 +125,35 @@ impl Engine {
         }
     }
 
-    /// Make the active shards equal `wanted`: save and drop the others, take up the new ones
-    /// (load the checkpoint, act on what changed meanwhile). A shard whose checkpoint cannot be
-    /// read stays inactive and is tried again on the next tick.
+    /// Make the active shards equal `wanted`: save and drop the others, start taking up the
+    /// new ones (their checkpoints are read in the background; [`Engine::take_up`] finishes).
+    /// A shard whose checkpoint cannot be read stays inactive and is tried again on the next
+    /// tick.
     pub(super) async fn follow(&mut self, wanted: &BTreeSet<u32>) {
         self.follow_shards(wanted).await;
+        self.publish_active();
+    }
+
+    /// Shards acted on or being taken up, for the lease room and the metrics.
+    fn publish_active(&mut self) {
         self.metrics.shards_active.set(self.checkpoints.len() as i64);
-        self.active.send_replace(self.checkpoints.keys().copied().collect());
+        self.active.send_replace(self.checkpoints.keys().chain(self.loading.keys()).copied().collect());
+    }
+
+    /// Whether every shard of `wanted` is acted on or being taken up.
+    pub(super) fn follows(&self, wanted: &BTreeSet<u32>) -> bool {
+        wanted.iter().all(|s| self.checkpoints.contains_key(s) || self.loading.contains_key(s))
     }
 
     async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
         let started = tokio::time::Instant::now();
-        // A background save writes copies of the checkpoints: done before any is dropped,
-        // replaced or written here, so that no stale copy is written after them.
-        self.finish_saving().await;
+        // A take-up no longer wanted is dropped: what its read brings back is not used.
+        self.loading.retain(|shard, _| wanted.contains(shard));
         let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
         if !lost.is_empty() {
+            // A background save writes copies of the checkpoints: done before any is dropped,
+            // so that no stale copy is written after the last save of a shard let go.
+            self.finish_saving().await;
             let saved = started.elapsed();
             // A lost shard's writes land (and are recorded) before its checkpoint is saved.
             self.drain_shards(&lost).await;
@@ -149,65 +184,92 @@ impl Engine {
         // Owned now, and said so before acting: a Lease is never released under a shard being
         // taken up (the lease room withdraws it, then waits for it to leave `active`).
         let owned = self.owned.borrow().clone();
-        let taking: Vec<u32> =
-            wanted.iter().copied().filter(|s| !self.checkpoints.contains_key(s) && owned.contains(s)).collect();
-        self.active.send_modify(|a| a.extend(taking.iter().copied()));
-        // The checkpoints of a handoff's shards are read at once, none waiting for another's.
-        let loads = futures::future::join_all(taking.into_iter().map(|shard| {
+        let taking: Vec<u32> = wanted
+            .iter()
+            .copied()
+            .filter(|s| !self.checkpoints.contains_key(s) && !self.loading.contains_key(s) && owned.contains(s))
+            .collect();
+        // The checkpoints of a handoff's shards are read at once, none waiting for another's,
+        // and no change of another shard waits for them.
+        for shard in taking {
+            self.next_ticket += 1;
+            let ticket = self.next_ticket;
+            self.loading.insert(shard, ticket);
             let mut checkpoint =
                 Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
-            async move {
-                let loaded = checkpoint.load().await;
-                (shard, checkpoint, loaded)
-            }
-        }))
-        .await;
-        for (shard, checkpoint, loaded) in loads {
-            let loaded = match loaded {
-                Ok(loaded) => loaded,
-                Err(err) => {
-                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                    warn!(shard, error = %err, "cannot read the shard's checkpoint yet; retrying");
-                    self.active.send_modify(|a| {
-                        a.remove(&shard);
-                    });
-                    continue;
+            let read = tokio::spawn(async move {
+                let content = checkpoint.load().await;
+                content.map(|content| (checkpoint, content)).map_err(|err| err.to_string())
+            });
+            self.loads.push(
+                async move {
+                    let result = read.await.unwrap_or_else(|err| Err(format!("the read ended: {err}")));
+                    Loaded { shard, ticket, result }
                 }
-            };
-            let first_start = loaded.is_none();
-            let work = self.initial_work(shard, loaded);
-            // The store read above is whole only if the shard is still held after it: while the
-            // checkpoint loaded, the shard may have gone (this replica leaving), and the watch
-            // room drops its objects right after saying so. Compared with a half-emptied store
-            // the checkpoint would see deletions that never happened, and a first start would
-            // save them as its baseline.
-            if !self.holds(shard) {
-                self.acted.forget(shard);
-                self.active.send_modify(|a| {
-                    a.remove(&shard);
-                });
-                info!(shard, "shard lost while being taken up; left to its next owner");
-                continue;
+                .boxed(),
+            );
+        }
+    }
+
+    /// Finish taking up a shard whose checkpoint was read: compare the store with it and queue
+    /// what changed meanwhile. A read for a take-up since dropped (the shard lost, or lost and
+    /// gained again) is ignored: only the latest take-up of a shard is finished.
+    pub(super) async fn take_up(&mut self, loaded: Loaded) {
+        let Loaded { shard, ticket, result } = loaded;
+        if self.loading.get(&shard) != Some(&ticket) {
+            return;
+        }
+        self.loading.remove(&shard);
+        let (checkpoint, loaded) = match result {
+            Ok(read) => read,
+            Err(err) => {
+                self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                warn!(shard, error = %err, "cannot read the shard's checkpoint yet; retrying");
+                self.publish_active();
+                return;
             }
-            self.checkpoints.insert(shard, checkpoint);
-            info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
-            self.dirty.insert(shard);
-            if first_start {
-                // Saved before acting: should this replica die before its next save, the next
-                // owner finds the baselines, not a first start that would take the store's state
-                // (changes included) as baseline. A failed save is retried with the others.
-                self.save_shards(BTreeSet::from([shard])).await;
-            }
-            // Decided in the pipeline with the other changes: a take-up holds none of them up.
-            for (change, forced) in work {
-                self.enqueue(change, forced);
-            }
+        };
+        let first_start = loaded.is_none();
+        let work = self.initial_work(shard, loaded);
+        // The store read above is whole only if the shard is still held after it: while the
+        // checkpoint loaded, the shard may have gone (this replica leaving), and the watch room
+        // drops its objects right after saying so. Compared with a half-emptied store the
+        // checkpoint would see deletions that never happened, and a first start would save
+        // them as its baseline.
+        if !self.holds(shard) {
+            self.acted.forget(shard);
+            self.publish_active();
+            info!(shard, "shard lost while being taken up; left to its next owner");
+            return;
+        }
+        self.checkpoints.insert(shard, checkpoint);
+        self.publish_active();
+        info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
+        self.dirty.insert(shard);
+        if first_start {
+            // Saved before acting: should this replica die before its next save, the next
+            // owner finds the baselines, not a first start that would take the store's state
+            // (changes included) as baseline. A failed save is retried with the others. (Once
+            // in a shard's life, so the engine waits for it here.)
+            self.save_shards(BTreeSet::from([shard])).await;
+        }
+        // Decided in the pipeline with the other changes: a take-up holds none of them up.
+        for (change, forced) in work {
+            self.enqueue(change, forced);
+        }
+    }
+
+    /// Wait for every checkpoint read in flight and finish those take-ups (at start, where
+    /// readiness waits for the first reconcile).
+    pub(super) async fn finish_loading(&mut self) {
+        while let Some(loaded) = futures::StreamExt::next(&mut self.loads).await {
+            self.take_up(loaded).await;
         }
     }
 
     /// Start saving the dirty checkpoints in the background: no change waits for a save.
     /// Copies are written; [`Engine::saved`] keeps their new versions. Only one save is in
-    /// flight at once, and taking up or letting go of a shard waits for it first (it then
+    /// flight at once, and letting go of a shard waits for it first (it then
     /// stops after the checkpoint it is writing). One checkpoint at a time: 16 written at once
     /// (120 KB each at 10,000 namespaces) held the API server's events 0.2 s.
     pub(super) fn start_save(&mut self) {
