@@ -14,7 +14,9 @@ use kube::api::{Patch, PatchParams};
 use reloader_fleet::reload::{self, Inputs, Keys, Options, Outputs, Strategy};
 use reloader_fleet::shard::Ring;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
-use reloader_fleet::watch::{Cause, Change, Compactor, DataHash, ResourceKey, ResourceState, SlimDeployment, Store};
+use reloader_fleet::watch::{
+    Cause, Change, Compactor, DataHash, ResourceKey, ResourceState, SlimDeployment, Store, Writer,
+};
 use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap, recorded_env};
@@ -261,28 +263,11 @@ async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
 #[tokio::test]
 async fn a_change_never_waits_for_another_shards_take_up() {
     with_temp_ns("take-up-aside", |client, ns| async move {
-        let ring = Ring::new(2).expect("two shards");
-        let (mine, gained) = (ring.shard_of(&ns), 1 - ring.shard_of(&ns));
-        create_configmap(&client, &ns, "cfg", &[("k", "1")]).await;
-        Workload::new(Kind::Deployment, "app").auto().env_from_configmap("cfg").create(&client, &ns).await;
-        // What the watches would hold.
-        let (store, writer) = Store::new(Vec::new());
-        let key = ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: "cfg".into() };
-        let state = |k: &str| ResourceState { hash: cm_data_hash(k), ignored: false, search_match: false };
-        writer.apply_resource(key.clone(), state("1"));
-        let app: SlimDeployment = Api::namespaced(client.clone(), &ns).get("app").await.expect("get app");
-        writer.apply_workload(compactor().compact(&app).expect("a workload the engine keeps"));
-
+        let (mine, gained) = two_shards_of(&ns);
+        let (store, writer) = app_on_cfg(&client, &ns).await;
         let checkpoint = "take-up-aside";
-        let hold = HoldReads::of(&format!("/configmaps/{checkpoint}-shard-{gained}"));
-        let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(support::kubeconfig_path()).expect("kubeconfig"),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .expect("config");
-        let holding = kube::client::ClientBuilder::try_from(config).expect("client builder").with_layer(&hold).build();
-        let mut engine = InProcess::start(holding, &ns, checkpoint, 2, store, BTreeSet::from([mine]));
+        let hold = HoldRequests::of(http::Method::GET, &format!("/configmaps/{checkpoint}-shard-{gained}"));
+        let mut engine = InProcess::start(hold.client().await, &ns, checkpoint, 2, store, BTreeSet::from([mine]));
         wait_for("the engine to be ready", || async { engine.reconciled.borrow().then_some(()) }).await;
 
         // The other shard is gained: its checkpoint's read is held.
@@ -290,24 +275,98 @@ async fn a_change_never_waits_for_another_shards_take_up() {
         engine.synced.send_replace(Some(BTreeSet::from([mine, gained])));
         wait_for("the take-up's read to be held", || async { (hold.held() == 1).then_some(()) }).await;
 
-        // Meanwhile the ConfigMap of the shard already acted on changes, as the watch says it.
-        patch_configmap(&client, &ns, "cfg", json!({ "data": { "k": "2" } })).await;
-        let previous = writer.apply_resource(key.clone(), state("2")).map(|s| s.hash);
-        let change = Change { key, observed: Some(cm_data_hash("2")), previous, cause: Cause::Event };
-        engine.changes.send(change).await.expect("engine running");
-        let hash = cm_hash(&[("k", "2")]);
-        wait_for("app to record the change", || async {
-            let recorded = recorded_env(&client, &ns, Kind::Deployment, "app", Cm, "cfg").await;
-            recorded.is_some_and(|r| r.hash == hash).then_some(())
-        })
-        .await;
-        assert_eq!(hold.held(), 1, "the change was written only once the other shard's checkpoint read ended");
-
+        change_cfg_while_held(&client, &ns, &writer, &engine, &hold).await;
         hold.release();
         engine.wait_active("the gained shard taken up", |a| a.contains(&gained) && a.contains(&mine)).await;
         engine.stop().await;
     })
     .await;
+}
+
+/// Regression: letting a shard go saved its checkpoint on the engine's loop, so a change of
+/// any other shard waited for that save (and for a second one when the first failed). Here
+/// the save of the shard let go is held until told: a change of the shard kept must be
+/// written meanwhile, and the shard leaves `active` (its Lease may go) only once saved.
+#[tokio::test]
+async fn a_change_never_waits_for_another_shards_let_go() {
+    with_temp_ns("let-go-aside", |client, ns| async move {
+        let (mine, lost) = two_shards_of(&ns);
+        let (store, writer) = app_on_cfg(&client, &ns).await;
+        // A resource of the other shard, so that its checkpoint has something new to save.
+        let ring = Ring::new(2).expect("two shards");
+        let elsewhere = (0..).map(|n| format!("{ns}-{n}")).find(|n| ring.shard_of(n) == lost).expect("a namespace");
+        let other = ResourceKey { kind: Cm, namespace: elsewhere.as_str().into(), name: "other".into() };
+        writer.apply_resource(other.clone(), cfg_state("1"));
+        let checkpoint = "let-go-aside";
+        let hold = HoldRequests::of(http::Method::PUT, &format!("/configmaps/{checkpoint}-shard-{lost}"));
+        let mut engine = InProcess::start(hold.client().await, &ns, checkpoint, 2, store, BTreeSet::from([mine, lost]));
+        wait_for("the engine to be ready", || async { engine.reconciled.borrow().then_some(()) }).await;
+        let processed = engine.processed();
+        let previous = writer.apply_resource(other.clone(), cfg_state("2")).map(|s| s.hash);
+        let change = Change { key: other, observed: Some(cm_data_hash("2")), previous, cause: Cause::Event };
+        engine.changes.send(change).await.expect("engine running");
+        wait_for("the other shard's change handled", || async { (engine.processed() > processed).then_some(()) }).await;
+
+        // The other shard goes: its checkpoint's save is held.
+        engine.owned.send_replace(BTreeSet::from([mine]));
+        engine.synced.send_replace(Some(BTreeSet::from([mine])));
+        wait_for("the let-go's save to be held", || async { (hold.held() == 1).then_some(()) }).await;
+        assert!(engine.active.borrow().contains(&lost), "a shard let go is active until its checkpoint is saved");
+
+        change_cfg_while_held(&client, &ns, &writer, &engine, &hold).await;
+        hold.release();
+        engine.wait_active("the shard let go", |a| *a == BTreeSet::from([mine])).await;
+        engine.stop().await;
+    })
+    .await;
+}
+
+/// The shard of `ns` in a ring of two, and the other one.
+fn two_shards_of(ns: &str) -> (u32, u32) {
+    let shard = Ring::new(2).expect("two shards").shard_of(ns);
+    (shard, 1 - shard)
+}
+
+/// ConfigMap `cfg` and Deployment `app` using it in `ns`, and a store holding both, as the
+/// watches would.
+async fn app_on_cfg(client: &kube::Client, ns: &str) -> (Store, Writer) {
+    create_configmap(client, ns, "cfg", &[("k", "1")]).await;
+    Workload::new(Kind::Deployment, "app").auto().env_from_configmap("cfg").create(client, ns).await;
+    let (store, writer) = Store::new(Vec::new());
+    writer.apply_resource(cfg_key(ns), cfg_state("1"));
+    let app: SlimDeployment = Api::namespaced(client.clone(), ns).get("app").await.expect("get app");
+    writer.apply_workload(compactor().compact(&app).expect("a workload the engine keeps"));
+    (store, writer)
+}
+
+fn cfg_key(ns: &str) -> ResourceKey {
+    ResourceKey { kind: Cm, namespace: ns.into(), name: "cfg".into() }
+}
+
+fn cfg_state(value: &str) -> ResourceState {
+    ResourceState { hash: cm_data_hash(value), ignored: false, search_match: false }
+}
+
+/// Change `cfg` as the watch would tell it, and check that `app` records the change while
+/// `hold` still holds its request.
+async fn change_cfg_while_held(
+    client: &kube::Client,
+    ns: &str,
+    writer: &Writer,
+    engine: &InProcess,
+    hold: &HoldRequests,
+) {
+    patch_configmap(client, ns, "cfg", json!({ "data": { "k": "2" } })).await;
+    let previous = writer.apply_resource(cfg_key(ns), cfg_state("2")).map(|s| s.hash);
+    let change = Change { key: cfg_key(ns), observed: Some(cm_data_hash("2")), previous, cause: Cause::Event };
+    engine.changes.send(change).await.expect("engine running");
+    let hash = cm_hash(&[("k", "2")]);
+    wait_for("app to record the change", || async {
+        let recorded = recorded_env(client, ns, Kind::Deployment, "app", Cm, "cfg").await;
+        recorded.is_some_and(|r| r.hash == hash).then_some(())
+    })
+    .await;
+    assert_eq!(hold.held(), 1, "the change was written only once the other shard's held call ended");
 }
 
 fn cm_data_hash(value: &str) -> DataHash {
@@ -327,6 +386,7 @@ struct InProcess {
     owned: watch::Sender<BTreeSet<u32>>,
     active: watch::Receiver<BTreeSet<u32>>,
     reconciled: watch::Receiver<bool>,
+    metrics: reload::Metrics,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), reload::Error>>,
 }
@@ -369,8 +429,13 @@ impl InProcess {
         let shutdown = CancellationToken::new();
         let inputs = Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx };
         let outputs = Outputs { reconciled: reconciled_tx, active: active_tx, alerts: None };
-        let task = tokio::spawn(reload::run(client, config, inputs, metrics, outputs, shutdown.clone()));
-        InProcess { changes, synced, owned, active, reconciled, shutdown, task }
+        let task = tokio::spawn(reload::run(client, config, inputs, metrics.clone(), outputs, shutdown.clone()));
+        InProcess { changes, synced, owned, active, reconciled, metrics, shutdown, task }
+    }
+
+    /// Changes the engine has handled, whatever their result.
+    fn processed(&self) -> u64 {
+        ["success", "skipped", "error"].iter().map(|r| self.metrics.reconcile.with_label_values(&[r]).get()).sum()
     }
 
     async fn wait_active(&mut self, what: &str, done: impl Fn(&BTreeSet<u32>) -> bool) {
@@ -386,18 +451,29 @@ impl InProcess {
     }
 }
 
-/// A client layer that holds every GET whose path contains a text until released: an API
-/// server slow to answer one read. A held request dropped by its caller stops counting.
+/// A client layer that holds every request of one method whose path contains a text until
+/// released: an API server slow to answer one call. A held request dropped by its caller
+/// stops counting.
 #[derive(Clone)]
-struct HoldReads {
+struct HoldRequests {
+    method: http::Method,
     path: Arc<str>,
     release: Arc<watch::Sender<bool>>,
     held: Arc<AtomicUsize>,
 }
 
-impl HoldReads {
-    fn of(path: &str) -> Self {
-        HoldReads { path: path.into(), release: Arc::new(watch::channel(false).0), held: Arc::default() }
+impl HoldRequests {
+    fn of(method: http::Method, path: &str) -> Self {
+        HoldRequests { method, path: path.into(), release: Arc::new(watch::channel(false).0), held: Arc::default() }
+    }
+
+    /// A client of the local control plane, through this layer.
+    async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(support::kubeconfig_path()).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+        kube::client::ClientBuilder::try_from(config).expect("client builder").with_layer(self).build()
     }
 
     fn held(&self) -> usize {
@@ -409,7 +485,7 @@ impl HoldReads {
     }
 }
 
-impl<S> tower::Layer<S> for HoldReads {
+impl<S> tower::Layer<S> for HoldRequests {
     type Service = Holding<S>;
 
     fn layer(&self, inner: S) -> Holding<S> {
@@ -419,7 +495,7 @@ impl<S> tower::Layer<S> for HoldReads {
 
 struct Holding<S> {
     inner: S,
-    hold: HoldReads,
+    hold: HoldRequests,
 }
 
 impl<S> tower::Service<http::Request<kube::client::Body>> for Holding<S>
@@ -436,7 +512,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        let held = request.method() == http::Method::GET && request.uri().path().contains(&*self.hold.path);
+        let held = request.method() == self.hold.method && request.uri().path().contains(&*self.hold.path);
         // Nothing is sent before the returned future is polled.
         let call = self.inner.call(request);
         let (mut released, count) = (self.hold.release.subscribe(), self.hold.held.clone());

@@ -191,10 +191,11 @@ pub async fn run(
         pipeline: Pipeline::new(config_writes),
         saving: None,
         loading: HashMap::new(),
+        letting_go: BTreeMap::new(),
         loads: FuturesUnordered::new(),
         next_ticket: 0,
     };
-    engine.follow(&wanted(&mut synced, &mut owned)).await;
+    engine.follow(&wanted(&mut synced, &mut owned));
     engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
     engine.settle().await;
@@ -209,8 +210,8 @@ pub async fn run(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
-            Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)).await,
+            Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
+            Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
             Some(loaded) = futures::StreamExt::next(&mut engine.loads), if !engine.loads.is_empty() => {
                 engine.take_up(loaded).await;
             }
@@ -229,7 +230,7 @@ pub async fn run(
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
                 if !engine.follows(&wanted) {
-                    engine.follow(&wanted).await;
+                    engine.follow(&wanted);
                 }
             }
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() && engine.saving.is_none() => {
@@ -237,7 +238,7 @@ pub async fn run(
                 engine.start_save();
             }
             Some((saving, done)) = saving_done(&mut engine.saving) => {
-                if !engine.saved(saving.shards, done) {
+                if !engine.saved(saving, done) {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
             }
@@ -259,6 +260,8 @@ pub async fn run(
             }
             else => break,
         }
+        // A landed write may have been the last of a shard let go.
+        engine.advance_let_go();
         if !engine.dirty.is_empty() && save_at.is_none() {
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
@@ -266,7 +269,8 @@ pub async fn run(
     // Shutdown: the writes in flight land first (letting go of every shard waits for them);
     // keep what was acted on. Queued changes are covered by the checkpoint: they were not
     // acted on.
-    engine.follow(&BTreeSet::new()).await;
+    engine.follow(&BTreeSet::new());
+    engine.finish_letting_go().await;
     Ok(())
 }
 
@@ -334,6 +338,8 @@ struct Engine {
     loading: HashMap<u32, u64>,
     /// The checkpoint reads in flight.
     loads: FuturesUnordered<Load>,
+    /// Shards being let go (their changes no longer decided), with their failed saves.
+    letting_go: BTreeMap<u32, u8>,
     next_ticket: u64,
 }
 

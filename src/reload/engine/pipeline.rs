@@ -13,7 +13,7 @@
 //! left (the overlay) and one workload's writes stay in order. A replay stays harmless as
 //! before: a write records its hash, and a hash already recorded plans no write.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,7 +185,7 @@ impl Engine {
     /// up) and send its writes, or finish it if there are none.
     async fn dispatch(&mut self, change: Change, forced: Option<Transition>) {
         let shard = self.shard_of(&change.key);
-        if !self.checkpoints.contains_key(&shard) {
+        if !self.checkpoints.contains_key(&shard) || self.letting_go.contains_key(&shard) {
             return;
         }
         let key = change.key.clone();
@@ -239,11 +239,9 @@ impl Engine {
         self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
     }
 
-    /// Wait until no change of `shards` is in flight; the others' writes run on (a leaving
-    /// replica's remaining shards keep their writes going while it lets go of some).
-    pub(super) async fn drain_shards(&mut self, shards: &BTreeSet<u32>) {
-        self.land_while(|engine| engine.pipeline.resources.iter().any(|key| shards.contains(&engine.shard_of(key))))
-            .await;
+    /// Whether a change of a shard that `of` picks has writes in flight.
+    pub(super) fn in_flight_in(&self, of: impl Fn(u32) -> bool) -> bool {
+        self.pipeline.resources.iter().any(|key| of(self.shard_of(key)))
     }
 
     /// Wait until no write of `workload` is in flight (before writing it outside the pipeline).

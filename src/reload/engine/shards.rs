@@ -6,9 +6,13 @@
 //!            changes of the shard meanwhile       (other shards' changes go on)     store vs checkpoint
 //!            are not decided: the store holds them,                                  ─▶ the pipeline
 //!            and take_up compares it after the read
+//!  lost ───▶ letting go: its changes no longer ─▶ its writes in flight land ─▶ checkpoint saved in the
+//!            decided (the next owner finds them)   (other shards' go on)        background ─▶ dropped,
+//!                                                                               leaves active
 //! ```
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -16,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::{debug, info, warn};
 
-use super::{Engine, Transition, acted};
+use super::{Engine, Transition, acted, saving_done};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::watch::{Cause, Change, ResourceKey, ResourceState};
 
@@ -45,6 +49,8 @@ pub(super) struct Saving {
     pub task: tokio::task::JoinHandle<SaveResults>,
     pub shards: BTreeSet<u32>,
     hurry: CancellationToken,
+    /// Saving shards to let them go.
+    let_go: bool,
 }
 
 impl Engine {
@@ -125,61 +131,28 @@ impl Engine {
         }
     }
 
-    /// Make the active shards equal `wanted`: save and drop the others, start taking up the
-    /// new ones (their checkpoints are read in the background; [`Engine::take_up`] finishes).
-    /// A shard whose checkpoint cannot be read stays inactive and is tried again on the next
-    /// tick.
-    pub(super) async fn follow(&mut self, wanted: &BTreeSet<u32>) {
-        self.follow_shards(wanted).await;
-        self.publish_active();
-    }
-
-    /// Shards acted on or being taken up, for the lease room and the metrics.
-    fn publish_active(&mut self) {
-        self.metrics.shards_active.set(self.checkpoints.len() as i64);
-        self.active.send_replace(self.checkpoints.keys().chain(self.loading.keys()).copied().collect());
-    }
-
-    /// Whether every shard of `wanted` is acted on or being taken up.
-    pub(super) fn follows(&self, wanted: &BTreeSet<u32>) -> bool {
-        wanted.iter().all(|s| self.checkpoints.contains_key(s) || self.loading.contains_key(s))
-    }
-
-    async fn follow_shards(&mut self, wanted: &BTreeSet<u32>) {
-        let started = tokio::time::Instant::now();
+    /// Make the active shards equal `wanted`: start letting the others go (their own writes
+    /// land, then their checkpoints are saved in the background; [`Engine::saved`] drops
+    /// them) and start taking up the new ones (their checkpoints are read in the background;
+    /// [`Engine::take_up`] finishes). A shard whose checkpoint cannot be read stays inactive
+    /// and is tried again on the next tick; a shard wanted again while it is let go is taken
+    /// up anew once it is gone.
+    pub(super) fn follow(&mut self, wanted: &BTreeSet<u32>) {
         // A take-up no longer wanted is dropped: what its read brings back is not used.
         self.loading.retain(|shard, _| wanted.contains(shard));
-        let lost: BTreeSet<u32> = self.checkpoints.keys().filter(|s| !wanted.contains(s)).copied().collect();
-        if !lost.is_empty() {
-            // A background save writes copies of the checkpoints: done before any is dropped,
-            // so that no stale copy is written after the last save of a shard let go.
-            self.finish_saving().await;
-            let saved = started.elapsed();
-            // A lost shard's writes land (and are recorded) before its checkpoint is saved.
-            self.drain_shards(&lost).await;
-            debug!(shards = ?lost, save_in_flight = ?saved, writes_in_flight = ?started.elapsed() - saved, "letting go: waited");
-        }
-        // Saved together, with one retry: after that, the next owner replays the recent changes
-        // (harmless). Every lost shard is saved (a save that would write what the checkpoint
-        // holds writes nothing): resources loaded since the last save (a namespace labelled in)
-        // go into it with their baselines, so the next owner finds them known.
-        if !self.save_shards(lost.clone()).await
-            && !self.save_shards(lost.intersection(&self.dirty).copied().collect()).await
-        {
-            warn!(shards = ?lost.intersection(&self.dirty).collect::<Vec<_>>(), "letting go of shards with an unsaved checkpoint");
-        }
+        let lost: Vec<u32> = self
+            .checkpoints
+            .keys()
+            .filter(|s| !wanted.contains(s) && !self.letting_go.contains_key(s))
+            .copied()
+            .collect();
+        let ring = self.config.ring.clone();
         for shard in lost {
-            self.checkpoints.remove(&shard);
-            self.dirty.remove(&shard);
-            for key in self.acted.forget(shard) {
-                self.clear_retry(&key);
-            }
-            let ring = self.config.ring.clone();
-            self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
-            // Deferred writes are dropped: their changes were never marked handled, so the
-            // next owner acts on them again.
+            // From now its changes are not decided: the next owner finds them, as they are not
+            // in the checkpoint. Deferred writes are dropped for the same reason.
+            self.letting_go.insert(shard, 0);
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
-            info!(shard, took = ?started.elapsed(), "shard let go");
+            debug!(shard, "letting go: its writes in flight land, then its checkpoint is saved");
         }
         // Owned now, and said so before acting: a Lease is never released under a shard being
         // taken up (the lease room withdraws it, then waits for it to leave `active`).
@@ -209,6 +182,64 @@ impl Engine {
                 .boxed(),
             );
         }
+        self.advance_let_go();
+        self.publish_active();
+    }
+
+    /// Move the shards being let go along: once none of their writes is in flight and no
+    /// other save runs (a regular one is hurried), save their checkpoints in the background,
+    /// a few at once. Called after everything that may have freed them.
+    pub(super) fn advance_let_go(&mut self) {
+        if self.letting_go.is_empty() {
+            return;
+        }
+        if let Some(saving) = &self.saving {
+            if !saving.let_go {
+                saving.hurry.cancel();
+            }
+            return;
+        }
+        let writing = self.in_flight_in(|shard| self.letting_go.contains_key(&shard));
+        if !writing {
+            // Every shard let go is saved (a save that would write what the checkpoint holds
+            // writes nothing): resources loaded since the last save (a namespace labelled in)
+            // go into it with their baselines, so the next owner finds them known.
+            let shards = self.letting_go.keys().copied().collect();
+            self.spawn_save(shards, true);
+        }
+    }
+
+    /// Drop a shard whose let-go is saved (or given up on).
+    fn drop_shard(&mut self, shard: u32) {
+        self.letting_go.remove(&shard);
+        self.checkpoints.remove(&shard);
+        self.dirty.remove(&shard);
+        for key in self.acted.forget(shard) {
+            self.clear_retry(&key);
+        }
+        let ring = self.config.ring.clone();
+        self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
+        info!(shard, "shard let go");
+    }
+
+    /// Shards acted on, being let go or being taken up, for the lease room (which releases a
+    /// shard's Lease once it has left); the metric counts those acted on.
+    fn publish_active(&mut self) {
+        self.metrics.shards_active.set(self.checkpoints.len().saturating_sub(self.letting_go.len()) as i64);
+        self.active.send_replace(self.checkpoints.keys().chain(self.loading.keys()).copied().collect());
+    }
+
+    /// Whether every shard of `wanted` is acted on or being taken up.
+    pub(super) fn follows(&self, wanted: &BTreeSet<u32>) -> bool {
+        wanted.iter().all(|s| {
+            (self.checkpoints.contains_key(s) && !self.letting_go.contains_key(s)) || self.loading.contains_key(s)
+        })
+    }
+
+    /// The shards to act on: complete in the store and still owned.
+    fn wanted(&self) -> BTreeSet<u32> {
+        let owned = self.owned.borrow();
+        self.synced.borrow().iter().flatten().filter(|s| owned.contains(s)).copied().collect()
     }
 
     /// Finish taking up a shard whose checkpoint was read: compare the store with it and queue
@@ -269,43 +300,61 @@ impl Engine {
 
     /// Start saving the dirty checkpoints in the background: no change waits for a save.
     /// Copies are written; [`Engine::saved`] keeps their new versions. Only one save is in
-    /// flight at once, and letting go of a shard waits for it first (it then
-    /// stops after the checkpoint it is writing). One checkpoint at a time: 16 written at once
-    /// (120 KB each at 10,000 namespaces) held the API server's events 0.2 s.
+    /// flight at once, and letting go of a shard waits for it (hurried: it then stops after
+    /// the checkpoint it is writing). One checkpoint at a time: 16 written at once (120 KB
+    /// each at 10,000 namespaces) held the API server's events 0.2 s.
     pub(super) fn start_save(&mut self) {
-        let shards: BTreeSet<u32> =
-            std::mem::take(&mut self.dirty).into_iter().filter(|s| self.checkpoints.contains_key(s)).collect();
+        let shards = std::mem::take(&mut self.dirty).into_iter().filter(|s| self.checkpoints.contains_key(s)).collect();
+        self.spawn_save(shards, false);
+    }
+
+    /// Save the checkpoints of `shards` in the background: one at a time, or, to let them go,
+    /// [`CHECKPOINT_SAVES`] at once (the next owners wait for them) and never hurried.
+    fn spawn_save(&mut self, shards: BTreeSet<u32>, let_go: bool) {
+        self.dirty.retain(|s| !shards.contains(s));
         let checkpoints: Vec<(u32, Checkpoint)> =
             shards.iter().filter_map(|&s| Some((s, self.checkpoints.get(&s)?.clone()))).collect();
         // The engine only copies its maps; the store is read in the background.
-        let acted = self.acted.copies(&shards);
+        let acted = Arc::new(self.acted.copies(&shards));
         let (store, ring) = (self.store.clone(), self.config.ring.clone());
         let hurry = CancellationToken::new();
         let stop = hurry.clone();
+        let at_once = if let_go { CHECKPOINT_SAVES } else { 1 };
         let task = tokio::spawn(async move {
             let mut results = Vec::with_capacity(checkpoints.len());
-            for (shard, mut checkpoint) in checkpoints {
-                if stop.is_cancelled() {
+            let mut pending = checkpoints.into_iter();
+            loop {
+                let batch: Vec<(u32, Checkpoint)> = pending.by_ref().take(at_once).collect();
+                if batch.is_empty() || stop.is_cancelled() {
                     break;
                 }
-                let entries = acted.get(&shard).map(|map| acted::entries(map, shard, &store, &ring));
-                let result = checkpoint.save(&entries.unwrap_or_default()).await;
-                results.push((shard, checkpoint, result));
+                let saves = batch.into_iter().map(|(shard, mut checkpoint)| {
+                    let (acted, store, ring) = (acted.clone(), store.clone(), ring.clone());
+                    async move {
+                        let entries = acted.get(&shard).map(|map| acted::entries(map, shard, &store, &ring));
+                        let result = checkpoint.save(&entries.unwrap_or_default()).await;
+                        (shard, checkpoint, result)
+                    }
+                });
+                results.extend(futures::future::join_all(saves).await);
             }
             results
         });
-        self.saving = Some(Saving { task, shards, hurry });
+        self.saving = Some(Saving { task, shards, hurry, let_go });
     }
 
-    /// Take in a finished background save of `shards`; false if any checkpoint was not saved
-    /// (it is dirty again, for the next save).
-    pub(super) fn saved(&mut self, shards: BTreeSet<u32>, done: Result<SaveResults, tokio::task::JoinError>) -> bool {
-        let Ok(results) = done else {
-            // The save task panicked: nothing is known saved.
-            self.dirty.extend(self.checkpoints.keys().copied());
-            return false;
-        };
+    /// Take in a finished background save; false if any checkpoint was not saved (it is dirty
+    /// again, for the next save). Shards let go are dropped once saved, or after a second
+    /// failed save (the next owner then replays their recent changes: harmless), and a shard
+    /// wanted again meanwhile is taken up anew.
+    pub(super) fn saved(&mut self, saving: Saving, done: Result<SaveResults, tokio::task::JoinError>) -> bool {
+        let Saving { shards, let_go, .. } = saving;
+        let results = done.unwrap_or_else(|err| {
+            warn!(error = %err, "the checkpoint save ended early; nothing of it is known saved");
+            Vec::new()
+        });
         let mut ok = results.len() == shards.len();
+        let mut saved = BTreeSet::new();
         let attempted: BTreeSet<u32> = results.iter().map(|(shard, _, _)| *shard).collect();
         self.dirty.extend(shards.difference(&attempted).filter(|s| self.checkpoints.contains_key(s)));
         for (shard, checkpoint, result) in results {
@@ -314,6 +363,7 @@ impl Engine {
                     if let Some(kept) = self.checkpoints.get_mut(&shard) {
                         *kept = checkpoint;
                     }
+                    saved.insert(shard);
                 }
                 Err(err) => {
                     ok = false;
@@ -323,15 +373,42 @@ impl Engine {
                 }
             }
         }
+        if let_go {
+            for shard in shards {
+                let Some(failures) = self.letting_go.get_mut(&shard) else { continue };
+                if !saved.contains(&shard) && *failures == 0 {
+                    *failures = 1;
+                    continue;
+                }
+                if !saved.contains(&shard) {
+                    warn!(shard, "letting go of a shard with an unsaved checkpoint");
+                }
+                self.drop_shard(shard);
+            }
+            let wanted = self.wanted();
+            if !self.follows(&wanted) {
+                self.follow(&wanted);
+            }
+        }
+        self.advance_let_go();
+        self.publish_active();
         ok
     }
 
-    /// Wait for the background save in flight, if any, and take it in.
-    async fn finish_saving(&mut self) {
-        if let Some(saving) = self.saving.take() {
-            saving.hurry.cancel();
-            let done = saving.task.await;
-            self.saved(saving.shards, done);
+    /// Let go of every shard being let go: land their writes, save their checkpoints (at
+    /// shutdown, where nothing else is left to do).
+    pub(super) async fn finish_letting_go(&mut self) {
+        loop {
+            self.advance_let_go();
+            if self.letting_go.is_empty() {
+                return;
+            }
+            tokio::select! {
+                Some(landed) = self.pipeline.next_landed(), if self.pipeline.is_running() => self.land(landed),
+                Some((saving, done)) = saving_done(&mut self.saving) => {
+                    self.saved(saving, done);
+                }
+            }
         }
     }
 
