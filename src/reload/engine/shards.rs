@@ -282,7 +282,7 @@ impl Engine {
             // owner finds the baselines, not a first start that would take the store's state
             // (changes included) as baseline. A failed save is retried with the others. (Once
             // in a shard's life, so the engine waits for it here.)
-            self.save_shards(BTreeSet::from([shard])).await;
+            self.save_now(shard).await;
         }
         // Decided in the pipeline with the other changes: a take-up holds none of them up.
         for (change, forced) in work {
@@ -412,36 +412,18 @@ impl Engine {
         }
     }
 
-    /// Save the checkpoints of `shards`, a few at once; false if any save failed.
-    async fn save_shards(&mut self, shards: BTreeSet<u32>) -> bool {
-        let acted = self.acted.copies(&shards);
-        let (store, ring) = (&self.store, &self.config.ring);
-        let saves = self.checkpoints.iter_mut().filter_map(|(&shard, checkpoint)| {
-            let map = acted.get(&shard)?;
-            Some(async move { (shard, checkpoint.save(&acted::entries(map, shard, store, ring)).await) })
-        });
-        let mut ok = true;
-        // A few at once: checkpoints of up to 1 MiB each, written together, hold up the API
-        // server (and, over HTTP/1.1, each is a connection of its own).
-        let mut pending: Vec<_> = saves.collect();
-        let mut results = Vec::with_capacity(pending.len());
-        while !pending.is_empty() {
-            let rest = pending.split_off(pending.len().min(CHECKPOINT_SAVES));
-            results.extend(futures::future::join_all(pending).await);
-            pending = rest;
-        }
-        for (shard, result) in results {
-            match result {
-                Ok(()) => {
-                    self.dirty.remove(&shard);
-                }
-                Err(err) => {
-                    ok = false;
-                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                    warn!(shard, error = %err, "saving the checkpoint failed; retrying");
-                }
+    /// Save the checkpoint of `shard` now (a failed save stays dirty, for the next save).
+    async fn save_now(&mut self, shard: u32) {
+        let acted = self.acted.copies(&BTreeSet::from([shard]));
+        let (Some(map), Some(checkpoint)) = (acted.get(&shard), self.checkpoints.get_mut(&shard)) else { return };
+        match checkpoint.save(&acted::entries(map, shard, &self.store, &self.config.ring)).await {
+            Ok(()) => {
+                self.dirty.remove(&shard);
+            }
+            Err(err) => {
+                self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+                warn!(shard, error = %err, "saving the checkpoint failed; retrying");
             }
         }
-        ok
     }
 }
