@@ -356,13 +356,25 @@ fn uses(name: &str, cm: &str) -> Workload {
 /// exactly two writes.
 #[tokio::test]
 async fn a_held_write_holds_up_only_its_own_workload() {
+    held_write_of(uses("stuck", "for-stuck"), "held-write").await;
+}
+
+/// As above with `stuck`'s writes coalesced (a window of its own): a deferred write that is
+/// held holds up only its workload too. Regression: deferred writes went out one at a time
+/// on the engine's loop, so every other change waited for a held one.
+#[tokio::test]
+async fn a_held_deferred_write_holds_up_only_its_own_workload() {
+    held_write_of(uses("stuck", "for-stuck").annotate(COALESCE_WINDOW, "200ms"), "held-deferred").await;
+}
+
+async fn held_write_of(stuck: Workload, prefix: &str) {
     use support::proxy::{api_server_addr, kubeconfig_via};
     use support::throttle::Throttle;
-    with_temp_ns("held-write", |client, ns| async move {
+    with_temp_ns(prefix, |client, ns| async move {
         let c = &client;
         create_configmap(c, &ns, "for-stuck", &[("k", "1")]).await;
         create_configmap(c, &ns, "for-free", &[("k", "1")]).await;
-        uses("stuck", "for-stuck").create(c, &ns).await;
+        stuck.create(c, &ns).await;
         uses("free", "for-free").create(c, &ns).await;
         let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
         let proxy = Throttle::holding_writes_to(api_server_addr(), "/deployments/stuck").await;

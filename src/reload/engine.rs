@@ -40,7 +40,7 @@ mod shards;
 
 use acted::Acted;
 use deferred::Deferred;
-use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Queued};
+use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Purpose, Queued};
 pub(crate) use report::workload_reference;
 use shards::{Load, SaveResults, Saving};
 
@@ -221,12 +221,12 @@ pub async fn run(
                 engine.deferred.window_over(expired.into_inner());
             }
             () = tokio::time::sleep_until(write_at.unwrap_or_else(far_future)), if write_at.is_some() => {
-                engine.write_deferred().await;
+                engine.write_deferred();
             }
             // Timers before changes: under a fan-out that keeps the queue full, the pause-period
             // sweep, retries and checkpoint saves still run when due, each once.
             _ = tick.tick() => {
-                engine.resume_paused().await;
+                engine.resume_paused();
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
                 if !engine.follows(&wanted) {
@@ -555,20 +555,6 @@ impl Engine {
         strategy::plan_all(self.config.strategy, workload, &[item], unix_now())
     }
 
-    /// Write one reload patch (plus a pause, if the workload asks for one) recording `sources`,
-    /// with the metrics, Events and alerts of each.
-    async fn write_reload(
-        &mut self,
-        workload: &Arc<Workload>,
-        patch: serde_json::Value,
-        sources: &[(ResourceKey, crate::watch::DataHash)],
-    ) -> WriteResult {
-        let patch = self.with_pause(workload, patch);
-        let started = Instant::now();
-        let result = self.writes.write(workload, &patch, jiff::Timestamp::now()).await;
-        self.written(workload, sources, result, started.elapsed())
-    }
-
     /// `patch` plus the pause the workload asks for, if any (counted as a matched workload).
     fn with_pause(&mut self, workload: &Workload, mut patch: serde_json::Value) -> serde_json::Value {
         match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
@@ -645,19 +631,25 @@ impl Engine {
         }
     }
 
-    /// Write the deferred writes that are due (one, with a budget; all, without).
-    async fn write_deferred(&mut self) {
-        self.deferred.settle(&self.store, Instant::now());
-        while let Some((key, items)) = self.deferred.next(Instant::now()) {
-            self.wait_for(&key).await;
-            self.write_pending(key, items).await;
+    /// Send the deferred writes that are due (one, with a budget; all, without). One whose
+    /// workload has a write in flight is parked until that lands.
+    fn write_deferred(&mut self) {
+        let now = Instant::now();
+        self.deferred.settle(&self.store, now);
+        while let Some((key, items)) = self.deferred.next(now) {
+            if self.pipeline.claims(&key) {
+                self.deferred.park(key, items);
+            } else {
+                self.send_pending(key, items, now);
+            }
         }
         self.metrics.deferred_writes.set(self.deferred.len() as i64);
         self.metrics.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
-    /// One write that records every resource of `items` on the workload, from their state now.
-    async fn write_pending(&mut self, key: WorkloadKey, items: BTreeSet<ResourceKey>) {
+    /// Send one write that records every resource of `items` on the workload, from their
+    /// state now (or finish at once if there is nothing to record).
+    fn send_pending(&mut self, key: WorkloadKey, items: BTreeSet<ResourceKey>, now: Instant) {
         let Some(stored) = self.store.workload(&key) else {
             let released = self.deferred.done(&key, &items);
             self.release(released);
@@ -679,29 +671,45 @@ impl Engine {
             plan.push(Item { kind: resource.kind, name: resource.name.to_string(), container, target });
             sources.push((resource.clone(), state.hash));
         }
-        let result = match strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) {
-            Some(patch) => self.write_reload(&workload, patch, &sources).await,
-            None => WriteResult::NotNeeded,
+        let Some(patch) = strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) else {
+            return self.deferred_done(&key, items, WriteResult::NotNeeded);
         };
-        if result == WriteResult::Written
-            && let Some(written) = self.overlay.get(&key)
-        {
-            let generation = written.generation;
-            self.deferred.started(&key, generation, Instant::now());
+        let patch = self.with_pause(&workload, patch);
+        self.deferred.sending(&key, now);
+        let span = tracing::info_span!("deferred", workload = %key);
+        self.fly(Purpose::Deferred(items), vec![PlannedWrite { workload, patch, sources }], span);
+    }
+
+    /// A deferred write of `key` landed (`result`): the rollout it started counts against the
+    /// budget.
+    fn deferred_landed(&mut self, key: &WorkloadKey, items: BTreeSet<ResourceKey>, result: WriteResult) {
+        if !self.acts_on(self.config.ring.shard_of(&key.namespace)) {
+            // Let go meanwhile: the next owner acts on its changes again.
+            self.deferred.sent(key, None, Instant::now());
+            return;
         }
+        let rolling = (result == WriteResult::Written).then(|| self.overlay.get(key).map(|w| w.generation)).flatten();
+        self.deferred.sent(key, rolling, Instant::now());
+        self.deferred_done(key, items, result);
+    }
+
+    /// The resources of a deferred write are recorded (or need not be), or wait for a retry.
+    fn deferred_done(&mut self, key: &WorkloadKey, items: BTreeSet<ResourceKey>, result: WriteResult) {
         match result {
             WriteResult::Written | WriteResult::NotNeeded => {
-                self.write_attempts.remove(&key);
-                let released = self.deferred.done(&key, &items);
+                self.write_attempts.remove(key);
+                let released = self.deferred.done(key, &items);
                 self.release(released);
             }
             WriteResult::Failed => {
                 let attempt = self.write_attempts.entry(key.clone()).or_insert(0);
                 *attempt += 1;
                 let delay = retry_delay(*attempt);
-                self.deferred.retry(key, items, delay);
+                self.deferred.retry(key.clone(), items, delay);
             }
         }
+        self.metrics.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// Resources whose every deferred write is done: their change is handled.
@@ -713,24 +721,34 @@ impl Engine {
         }
     }
 
-    /// Resume every Deployment whose Reloader pause period is over.
-    async fn resume_paused(&mut self) {
+    /// Resume every Deployment of an active shard whose Reloader pause period is over (one
+    /// with a write in flight at the next sweep).
+    fn resume_paused(&mut self) {
         let paused_at = self.rules.keys().paused_at.clone();
         let now = jiff::Timestamp::now();
         for stored in self.store.find_workloads(|w| w.annotations.contains_key(&paused_at)) {
+            let shard = self.config.ring.shard_of(&stored.key.namespace);
+            if !self.acts_on(shard) || self.pipeline.claims(&stored.key) {
+                continue;
+            }
             let workload = self.freshest(stored);
             let Some(patch) = resume_patch(self.rules.keys(), &workload, now) else { continue };
-            self.wait_for(&workload.key).await;
-            match self.writes.strategic_patch(&workload.key, &patch).await {
-                Ok(Some(updated)) => {
-                    info!(workload = %workload.key, "pause period over; rollout resumed");
-                    self.overlay.insert(updated.key.clone(), Arc::new(updated));
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    self.metrics.errors.with_label_values(&["resume_workload"]).inc();
-                    warn!(workload = %workload.key, error = %err, "resuming a paused Deployment failed; will retry");
-                }
+            let span = tracing::info_span!("resume", workload = %workload.key);
+            self.fly(Purpose::Resume, vec![PlannedWrite { workload, patch, sources: Vec::new() }], span);
+        }
+    }
+
+    /// A resume is back.
+    fn resumed(&mut self, key: &WorkloadKey, result: crate::reload::write::WriteResult) {
+        match result {
+            Ok(Some(updated)) => {
+                info!(workload = %key, "pause period over; rollout resumed");
+                self.overlay.insert(updated.key.clone(), Arc::new(updated));
+            }
+            Ok(None) => {}
+            Err(err) => {
+                self.metrics.errors.with_label_values(&["resume_workload"]).inc();
+                warn!(workload = %key, error = %err, "resuming a paused Deployment failed; will retry");
             }
         }
     }

@@ -11,7 +11,7 @@
 //! A change is marked handled only when every write it caused is done, so a restart or a
 //! handoff with writes still pending acts on the change again (writes are idempotent).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +35,8 @@ pub(super) struct Deferred {
     /// Workloads whose window is open (or whose failed write waits for its retry).
     pub(super) windows: DelayQueue<WorkloadKey>,
     waiting: HashMap<WorkloadKey, tokio_util::time::delay_queue::Key>,
+    /// Workloads due while a write of theirs was in flight.
+    parked: HashSet<WorkloadKey>,
     /// Workloads whose write may go, per namespace.
     ready: BTreeMap<Arc<str>, VecDeque<WorkloadKey>>,
     /// The namespace served last (round-robin continues after it).
@@ -72,6 +74,25 @@ impl Deferred {
     pub(super) fn started(&mut self, workload: &WorkloadKey, generation: i64, now: Instant) {
         if self.max_in_flight.is_some() {
             self.in_flight.insert(workload.clone(), (generation, now));
+        }
+    }
+
+    /// A write of `workload` is going out: until it lands it counts against
+    /// `--max-concurrent-rollouts` as the rollout it may start.
+    pub(super) fn sending(&mut self, workload: &WorkloadKey, now: Instant) {
+        if self.max_in_flight.is_some() {
+            self.in_flight.insert(workload.clone(), (i64::MAX, now));
+        }
+    }
+
+    /// The write of `workload` landed: it started a rollout to `generation`, or none (`None`:
+    /// not written).
+    pub(super) fn sent(&mut self, workload: &WorkloadKey, generation: Option<i64>, now: Instant) {
+        match generation {
+            Some(generation) => self.started(workload, generation, now),
+            None => {
+                self.in_flight.remove(workload);
+            }
         }
     }
 
@@ -180,6 +201,19 @@ impl Deferred {
         Some((workload, items))
     }
 
+    /// `workload` was due while a write of it is in flight: it waits for [`Self::unpark`].
+    pub(super) fn park(&mut self, workload: WorkloadKey, items: BTreeSet<ResourceKey>) {
+        self.pending.entry(workload.clone()).or_default().extend(items);
+        self.parked.insert(workload);
+    }
+
+    /// No write of `workload` is in flight any more: if it was parked, it is ready again.
+    pub(super) fn unpark(&mut self, workload: &WorkloadKey) {
+        if self.parked.remove(workload) && self.pending.contains_key(workload) {
+            self.make_ready(workload.clone());
+        }
+    }
+
     /// The write of `workload` failed: its resources wait for `delay`, then go again.
     pub(super) fn retry(&mut self, workload: WorkloadKey, items: BTreeSet<ResourceKey>, delay: Duration) {
         self.pending.entry(workload.clone()).or_default().extend(items);
@@ -217,6 +251,7 @@ impl Deferred {
         self.holds.retain(|r, _| !lost(&r.namespace));
         self.ready.retain(|ns, _| !lost(ns));
         self.in_flight.retain(|w, _| !lost(&w.namespace));
+        self.parked.retain(|w| !lost(&w.namespace));
         let gone: Vec<WorkloadKey> = self.waiting.keys().filter(|w| lost(&w.namespace)).cloned().collect();
         for workload in gone {
             if let Some(key) = self.waiting.remove(&workload) {
@@ -313,6 +348,33 @@ mod tests {
         writer.apply_workload(rolling(true));
         d.settle(&store, now);
         assert_eq!(d.next(now).map(|(w, _)| w), Some(w("a", "two")), "the first rolled out");
+    }
+
+    #[test]
+    fn a_write_going_out_holds_a_rollout_place_until_it_lands() {
+        let mut d = Deferred::new(None, Some(1));
+        d.add(&w("a", "one"), &r("a", "cm"), None, Duration::ZERO);
+        d.add(&w("a", "two"), &r("a", "cm"), None, Duration::ZERO);
+        let now = Instant::now();
+        let (first, _) = d.next(now).expect("the first may go");
+        d.sending(&first, now);
+        assert!(d.next(now).is_none(), "the second waits while the first is out");
+        d.sent(&first, None, now);
+        assert_eq!(d.next(now).map(|(w, _)| w), Some(w("a", "two")), "the first wrote nothing");
+    }
+
+    #[test]
+    fn a_workload_due_while_its_write_is_out_goes_once_that_lands() {
+        let mut d = Deferred::new(None, None);
+        let (web, one, two) = (w("a", "web"), r("a", "one"), r("a", "two"));
+        d.add(&web, &one, None, Duration::ZERO);
+        let (_, items) = d.next(Instant::now()).expect("ready");
+        d.park(web.clone(), items);
+        d.add(&web, &two, None, Duration::ZERO);
+        assert!(d.next(Instant::now()).is_none(), "parked until its write lands");
+        d.unpark(&web);
+        let (_, items) = d.next(Instant::now()).expect("ready again");
+        assert_eq!(items, BTreeSet::from([one, two]), "one write records both");
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! A change is decided only after every earlier change that may write one of its workloads
 //! (or is of the same resource) has landed, so it is decided from the state the earlier write
 //! left (the overlay) and one workload's writes stay in order. A replay stays harmless as
-//! before: a write records its hash, and a hash already recorded plans no write.
+//! before: a write records its hash, and a hash already recorded plans no write. Deferred
+//! writes (coalesced or held to the budget) and resumes fly the same way and claim their
+//! workload too, so none of them holds up the engine's loop.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +59,7 @@ pub(super) enum Prepared {
 pub(super) type Queued = (Change, Option<Transition>);
 
 /// A change whose writes are in flight.
-struct Flight {
+pub(super) struct Flight {
     key: ResourceKey,
     shard: u32,
     acted_before: Option<ShortHash>,
@@ -68,17 +70,28 @@ struct Flight {
     current: Option<DataHash>,
 }
 
-/// A change whose writes are back: each write's result and time, in the order of `writes`.
+/// What writes in flight are for.
+pub(super) enum Purpose {
+    /// A change, finished by [`Engine::finish`] when they land.
+    Change(Flight),
+    /// A deferred write of one workload, recording these resources.
+    Deferred(BTreeSet<ResourceKey>),
+    /// The end of a Deployment's pause period.
+    Resume,
+}
+
+/// Writes that are back: each write's result and time, in the order of `writes`.
 pub(super) struct Landed {
-    flight: Flight,
+    purpose: Purpose,
     writes: Vec<PlannedWrite>,
     results: Vec<(crate::reload::write::WriteResult, Duration)>,
 }
 
-/// The changes in flight and what they claim.
+/// The writes in flight and what they claim.
 pub(super) struct Pipeline {
     running: FuturesUnordered<BoxFuture<'static, Landed>>,
-    /// Workloads with a write in flight (how many).
+    /// Workloads with a write in flight (how many): a change that may write one waits, and so
+    /// does a deferred write or a resume of one.
     workloads: HashMap<WorkloadKey, usize>,
     /// Resources with a change in flight.
     resources: HashSet<ResourceKey>,
@@ -185,7 +198,7 @@ impl Engine {
     /// up) and send its writes, or finish it if there are none.
     async fn dispatch(&mut self, change: Change, forced: Option<Transition>) {
         let shard = self.shard_of(&change.key);
-        if !self.checkpoints.contains_key(&shard) || self.letting_go.contains_key(&shard) {
+        if !self.acts_on(shard) {
             return;
         }
         let key = change.key.clone();
@@ -199,39 +212,63 @@ impl Engine {
         span.in_scope(|| debug!(resource = %key, hash = %hash, writes = writes.len(), "change decided"));
         let flight = Flight { key, shard, acted_before, started, span, transition, hash, current };
         if writes.is_empty() {
-            return self.land(Landed { flight, writes, results: Vec::new() });
+            return self.land(Landed { purpose: Purpose::Change(flight), writes, results: Vec::new() });
         }
         self.pipeline.resources.insert(flight.key.clone());
+        let span = flight.span.clone();
+        self.fly(Purpose::Change(flight), writes, span);
+    }
+
+    /// Send writes: they claim their workloads until they land, and each takes a permit of
+    /// `--max-concurrent-writes` while it is out.
+    pub(super) fn fly(&mut self, purpose: Purpose, writes: Vec<PlannedWrite>, span: tracing::Span) {
         for write in &writes {
             *self.pipeline.workloads.entry(write.workload.key.clone()).or_default() += 1;
         }
         let (client, permits) = (self.writes.clone(), self.pipeline.permits.clone());
         self.pipeline.running.push(Box::pin(async move {
-            let results = send_all(&client, &writes, &flight.span, &permits).await;
-            Landed { flight, writes, results }
+            let results = send_all(&client, &writes, &span, &permits).await;
+            Landed { purpose, writes, results }
         }));
     }
 
-    /// Finish a change whose writes are back: release its claims, account for each write,
-    /// record the outcome.
+    /// Finish writes that are back: release their claims and account for each (a change's
+    /// outcome, a deferred write's resources, a resume).
     pub(super) fn land(&mut self, landed: Landed) {
-        let Landed { flight, writes, results } = landed;
+        let Landed { purpose, writes, results } = landed;
         self.pipeline.stalled = false;
-        self.pipeline.resources.remove(&flight.key);
         for write in &writes {
             if let Some(n) = self.pipeline.workloads.get_mut(&write.workload.key) {
                 *n -= 1;
                 if *n == 0 {
                     self.pipeline.workloads.remove(&write.workload.key);
+                    self.deferred.unpark(&write.workload.key);
                 }
             }
         }
+        let mut results =
+            results.into_iter().chain(std::iter::repeat_with(|| (Err("not sent".to_string()), Duration::ZERO)));
+        let flight = match purpose {
+            Purpose::Change(flight) => flight,
+            Purpose::Deferred(items) => {
+                for (write, (result, took)) in writes.iter().zip(&mut results) {
+                    let done = self.written(&write.workload, &write.sources, result, took);
+                    self.deferred_landed(&write.workload.key, items.clone(), done);
+                }
+                return;
+            }
+            Purpose::Resume => {
+                for (write, (result, _)) in writes.iter().zip(&mut results) {
+                    self.resumed(&write.workload.key, result);
+                }
+                return;
+            }
+        };
+        self.pipeline.resources.remove(&flight.key);
         let outcome = {
             let _entered = flight.span.enter();
-            let mut results = results.into_iter();
             let mut done = Vec::with_capacity(writes.len());
-            for write in &writes {
-                let (result, took) = results.next().unwrap_or((Err("not sent".to_string()), Duration::ZERO));
+            for (write, (result, took)) in writes.iter().zip(&mut results) {
                 done.push(self.written(&write.workload, &write.sources, result, took));
             }
             self.finish(&flight.key, flight.transition, flight.hash, flight.current, &done)
@@ -239,24 +276,10 @@ impl Engine {
         self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
     }
 
-    /// Whether a change of a shard that `of` picks has writes in flight.
+    /// Whether writes are in flight in a shard that `of` picks.
     pub(super) fn in_flight_in(&self, of: impl Fn(u32) -> bool) -> bool {
         self.pipeline.resources.iter().any(|key| of(self.shard_of(key)))
-    }
-
-    /// Wait until no write of `workload` is in flight (before writing it outside the pipeline).
-    pub(super) async fn wait_for(&mut self, workload: &WorkloadKey) {
-        self.land_while(|engine| engine.pipeline.claims(workload)).await;
-    }
-
-    /// Land changes as they come back while `busy` holds (or nothing is in flight any more).
-    async fn land_while(&mut self, busy: impl Fn(&Self) -> bool) {
-        while busy(self) {
-            match self.pipeline.next_landed().await {
-                Some(landed) => self.land(landed),
-                None => break,
-            }
-        }
+            || self.pipeline.workloads.keys().any(|w| of(self.config.ring.shard_of(&w.namespace)))
     }
 
     /// Decide and write everything queued, and wait for it to land.

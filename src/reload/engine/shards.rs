@@ -123,6 +123,11 @@ impl Engine {
         self.config.ring.shard_of(&key.namespace)
     }
 
+    /// Whether changes of `shard` are acted on here: taken up and not being let go.
+    pub(super) fn acts_on(&self, shard: u32) -> bool {
+        self.checkpoints.contains_key(&shard) && !self.letting_go.contains_key(&shard)
+    }
+
     fn checkpoint_name(&self, shard: u32) -> String {
         if self.config.ring.shards() == 1 {
             self.config.checkpoint_name.clone()
