@@ -250,10 +250,11 @@ impl Engine {
             results.into_iter().chain(std::iter::repeat_with(|| (Err("not sent".to_string()), Duration::ZERO)));
         let flight = match purpose {
             Purpose::Change(flight) => flight,
+            // One write: the workload's.
             Purpose::Deferred(items) => {
-                for (write, (result, took)) in writes.iter().zip(&mut results) {
+                if let (Some(write), Some((result, took))) = (writes.first(), results.next()) {
                     let done = self.written(&write.workload, &write.sources, result, took);
-                    self.deferred_landed(&write.workload.key, items.clone(), done);
+                    self.deferred_landed(&write.workload.key, items, done);
                 }
                 return;
             }
