@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::{debug, info, warn};
 
-use super::{Engine, Transition, acted, saving_done};
+use super::{Engine, Transition, acted, saving_done, wanted};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::watch::{Cause, Change, ResourceKey, ResourceState};
 
@@ -236,15 +236,7 @@ impl Engine {
 
     /// Whether every shard of `wanted` is acted on or being taken up.
     pub(super) fn follows(&self, wanted: &BTreeSet<u32>) -> bool {
-        wanted.iter().all(|s| {
-            (self.checkpoints.contains_key(s) && !self.letting_go.contains_key(s)) || self.loading.contains_key(s)
-        })
-    }
-
-    /// The shards to act on: complete in the store and still owned.
-    fn wanted(&self) -> BTreeSet<u32> {
-        let owned = self.owned.borrow();
-        self.synced.borrow().iter().flatten().filter(|s| owned.contains(s)).copied().collect()
+        wanted.iter().all(|s| self.acts_on(*s) || self.loading.contains_key(s))
     }
 
     /// Finish taking up a shard whose checkpoint was read: compare the store with it and queue
@@ -390,7 +382,7 @@ impl Engine {
                 }
                 self.drop_shard(shard);
             }
-            let wanted = self.wanted();
+            let wanted = wanted(&mut self.synced, &mut self.owned);
             if !self.follows(&wanted) {
                 self.follow(&wanted);
             }
