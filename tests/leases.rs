@@ -507,3 +507,40 @@ async fn malformed_shard_leases_are_taken_over_without_a_crash() {
     })
     .await;
 }
+
+/// Regression (issue 39): a Lease with the fleet label, a ring that sorts first and a day-long
+/// duration made every replica give its shards back and take none, for a day. A Lease is
+/// believed for the fleet's own duration at most, and a ring annotation that is no ring is
+/// never given way to.
+#[tokio::test]
+async fn a_planted_lease_of_another_ring_stops_the_fleet_for_the_fleets_duration_at_most() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    with_temp_ns("leases-planted", |client, ns| async move {
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        let planted = |name: &str, role: &str, ring: &str| -> Lease {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name,
+                              "labels": { lease::FLEET_LABEL: "fleet", lease::ROLE_LABEL: role },
+                              "annotations": { lease::RING_ANNOTATION: ring } },
+                "spec": { "holderIdentity": "intruder", "leaseDurationSeconds": 86400,
+                          "renewTime": jiff::Timestamp::now().to_string() }
+            }))
+            .expect("lease JSON")
+        };
+        // "shards=1,..." sorts before this fleet's "shards=16,...": a ring to give way to while live.
+        let first = "shards=1,vnodes=512,hashring-xxh3-64-v1";
+        leases.create(&Default::default(), &planted("fleet-member-intruder", "member", first)).await.expect("plant");
+        leases.create(&Default::default(), &planted("fleet-shard-7", "shard", "!")).await.expect("plant garbage");
+        let started = Instant::now();
+        let replica = start(&client, &ns, "replica-a");
+        wait_for("every shard held despite the planted Leases", || async {
+            (held(&replica).len() == 16).then_some(())
+        })
+        .await;
+        let took = started.elapsed();
+        println!("16 shards held {took:?} after start, past a planted ring with a day-long duration");
+        assert!(took < Duration::from_secs(30), "the planted Lease held the fleet for {took:?}");
+        stop([replica]).await;
+    })
+    .await;
+}

@@ -82,6 +82,8 @@ pub struct Config {
     /// exactly this, like Reloader's lock; otherwise `<prefix>-shard-<n>`.
     pub prefix: String,
     pub shards: u32,
+    /// This replica's Lease duration, and the longest any other Lease is believed to last
+    /// (Leases are untrusted input: a longer `leaseDurationSeconds` is cut to this).
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
@@ -401,7 +403,7 @@ impl Manager {
         let holders: Vec<Option<String>> = (0..self.config.shards)
             .map(|shard| {
                 let o = self.observed.get(&self.config.shard_lease_name(shard))?;
-                (!o.holder().is_empty() && !o.expired(now)).then(|| o.holder().to_string())
+                (!o.holder().is_empty() && !o.expired(now, self.config.lease_duration)).then(|| o.holder().to_string())
             })
             .collect();
         let holder_refs: Vec<Option<&str>> = holders.iter().map(Option::as_deref).collect();
@@ -488,7 +490,7 @@ impl Manager {
                 (false, true) => {
                     let free = observed
                         .as_ref()
-                        .is_none_or(|o| o.holder().is_empty() || self.takeable(o, &members, Instant::now()));
+                        .is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now(), self.config.lease_duration));
                     if free {
                         actions.push(Action::Shard { shard, observed, renewing: false });
                     }
@@ -604,18 +606,6 @@ impl Manager {
         annotations
     }
 
-    /// Whether another holder's shard Lease may be taken: expired by its own duration, or, for
-    /// a holder that is no live member of this fleet, by this fleet's lease duration at most.
-    /// Otherwise a Lease left with a day-long `leaseDurationSeconds` (edited by hand, or written
-    /// by a replica of another configuration that is gone) would keep its shard unserved that
-    /// long. A live member's Lease is taken only when it expires by its own duration.
-    fn takeable(&self, observed: &Observed, members: &[String], now: Instant) -> bool {
-        let live_member = members.iter().any(|m| m == observed.holder());
-        let duration =
-            if live_member { observed.duration() } else { observed.duration().min(self.config.lease_duration) };
-        now.saturating_duration_since(observed.changed_at) >= duration
-    }
-
     /// Whether the shard's last renewal was sent a retry period ago (or never).
     fn renewal_due(&self, shard: u32) -> bool {
         lock(&self.last_ok_send).get(&shard).is_none_or(|sent| sent.elapsed() >= self.config.retry_period)
@@ -671,7 +661,7 @@ impl Manager {
                 } else {
                     ShardState::Fenced
                 }
-            } else if holder.is_empty() || observed.is_some_and(|o| self.takeable(o, &members, now)) {
+            } else if holder.is_empty() || observed.is_some_and(|o| o.expired(now, self.config.lease_duration)) {
                 ShardState::Free
             } else {
                 ShardState::Elsewhere

@@ -148,6 +148,34 @@ pub const MAX_SHARDS: u32 = 4096;
 /// The largest shard count of `fnv-ranges`: each shard needs cells.
 pub const MAX_FNV_SHARDS: u32 = CELLS as u32;
 
+/// Longest ring fingerprint read from a Lease.
+const FINGERPRINT_LIMIT: usize = 128;
+
+/// Whether `text` has the shape of a ring fingerprint ([`Ring::fingerprint`]), of this version
+/// or a later one: `shards=<1..MAX_SHARDS>`, then `name=<number>` parts, then one algorithm
+/// name of lowercase letters, digits and dashes. A ring annotation on a Lease is untrusted
+/// input, and a replica gives way to another ring only when it is one.
+pub fn is_fingerprint(text: &str) -> bool {
+    if text.len() > FINGERPRINT_LIMIT {
+        return false;
+    }
+    let mut parts = text.split(',');
+    let shards = parts.next().and_then(|p| p.strip_prefix("shards=")).and_then(|n| n.parse::<u32>().ok());
+    if !shards.is_some_and(|n| (1..=MAX_SHARDS).contains(&n)) {
+        return false;
+    }
+    let rest: Vec<&str> = parts.collect();
+    let Some((algorithm, numbers)) = rest.split_last() else { return false };
+    let is_number_part = |part: &&str| {
+        part.split_once('=').is_some_and(|(name, n)| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase()) && n.parse::<u32>().is_ok()
+        })
+    };
+    numbers.iter().all(is_number_part)
+        && !algorithm.is_empty()
+        && algorithm.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// The API server's hash of a namespace for `shardSelector`: 64-bit FNV-1a of its bytes.
 pub fn fnv1a_64(namespace: &str) -> u64 {
     let mut hasher = fnv::FnvHasher::default();

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::{API_TIMEOUT, FLEET_LABEL, Manager, RING_ANNOTATION, ROLE_LABEL};
 use crate::lease::handoff::Sighting;
 use crate::lease::revision;
+use crate::shard::is_fingerprint;
 
 /// A Lease as observed: its record and when this replica saw its resourceVersion change.
 #[derive(Clone, Debug)]
@@ -38,13 +39,17 @@ impl Observed {
         holder_of(&self.lease)
     }
 
-    pub(super) fn duration(&self) -> Duration {
+    /// The Lease's duration, at most `ceiling` (this fleet's own): a Lease is untrusted input,
+    /// and one written with a day-long `leaseDurationSeconds` must not keep its shard, or a
+    /// ring it names, standing for a day once nobody renews it.
+    pub(super) fn duration(&self, ceiling: Duration) -> Duration {
         let secs = self.lease.spec.as_ref().and_then(|s| s.lease_duration_seconds).unwrap_or(0);
-        Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+        Duration::from_secs(u64::try_from(secs).unwrap_or(0)).min(ceiling)
     }
 
-    pub(super) fn expired(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.changed_at) >= self.duration()
+    /// Whether nobody renewed the Lease within its duration (at most `ceiling`).
+    pub(super) fn expired(&self, now: Instant, ceiling: Duration) -> bool {
+        now.saturating_duration_since(self.changed_at) >= self.duration(ceiling)
     }
 
     pub(super) fn resource_version(&self) -> Option<String> {
@@ -169,12 +174,16 @@ impl Manager {
     /// whose ring differs from ours and sorts first. Unlabelled Leases (Reloader's own lock)
     /// are not fleet members and are waited for by expiry instead.
     pub(super) fn ring_to_yield_to(&self, now: Instant) -> Option<String> {
+        let ceiling = self.config.lease_duration;
         self.observed
             .iter()
             .filter(|(name, _)| !self.adopted.contains_key(*name))
             .map(|(_, o)| o)
-            .filter(|o| !o.holder().is_empty() && o.holder() != self.config.identity && !o.expired(now))
+            .filter(|o| !o.holder().is_empty() && o.holder() != self.config.identity && !o.expired(now, ceiling))
             .map(Observed::ring)
+            // A ring annotation that is no ring (written by hand, or garbage) is not one to
+            // give way to: it would stop the whole fleet.
+            .filter(|ring| ring.is_empty() || is_fingerprint(ring))
             .filter(|ring| *ring < self.config.ring.as_str())
             .min()
             .map(str::to_string)
@@ -182,10 +191,11 @@ impl Manager {
 
     /// Members whose membership Lease changed within its duration, plus this replica.
     pub(super) fn live_members(&self, now: Instant) -> Vec<String> {
+        let ceiling = self.config.lease_duration;
         let mut members: BTreeSet<String> = self
             .observed
             .values()
-            .filter(|o| is_role(&o.lease, "member") && !o.holder().is_empty() && !o.expired(now))
+            .filter(|o| is_role(&o.lease, "member") && !o.holder().is_empty() && !o.expired(now, ceiling))
             .filter(|o| o.ring() == self.config.ring)
             .map(|o| o.holder().to_string())
             .collect();

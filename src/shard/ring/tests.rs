@@ -156,3 +156,27 @@ fn adding_a_shard_moves_about_one_in_s_plus_one_namespaces() {
         names.iter().filter(|n| before.shard_of(n) != after.shard_of(n) && after.shard_of(n) != 16).count();
     assert_eq!(moved_elsewhere, 0, "namespaces only move to the new shard");
 }
+
+#[test]
+fn fingerprints_of_every_ring_are_recognised_and_garbage_is_not() {
+    for placement in [Placement::Hashring, Placement::FnvRanges] {
+        for shards in [1, 16, 2048] {
+            let ring = Ring::with_placement(shards, placement).expect("valid");
+            assert!(is_fingerprint(&ring.fingerprint()), "{}", ring.fingerprint());
+        }
+    }
+    assert!(is_fingerprint("shards=16,vnodes=512,hashring-xxh3-64-v2"), "a later version's ring");
+    for garbage in [
+        "",
+        "!",
+        "a",
+        "shards=0,vnodes=512,hashring-xxh3-64-v1",
+        "shards=99999,vnodes=512,hashring-xxh3-64-v1",
+        "shards=16",
+        "shards=16,vnodes=x,hashring",
+        "shards=16,vnodes=512,Hashring",
+        &format!("shards=16,vnodes=512,{}", "a".repeat(200)),
+    ] {
+        assert!(!is_fingerprint(garbage), "{garbage:?}");
+    }
+}
