@@ -215,7 +215,9 @@ async fn a_failing_receiver_is_retried_a_dead_one_slows_nothing_and_a_proxy_is_u
 
         // A proxy: the request for an unreachable sink goes to the proxy (absolute-form target).
         let proxy = Receiver::start().await;
-        let dead = format!("http://127.0.0.1:{}/nowhere", support::controller::free_port());
+        // A Slack-style URL: its path is the credential, and must never reach a log line.
+        let token = "xoxb-s3cr3t-t0ken";
+        let dead = format!("http://127.0.0.1:{}/services/T000/B000/{token}", support::controller::free_port());
         let proxy_url = proxy.url("");
         let env = [
             ("ALERT_ON_RELOAD", "true"),
@@ -247,6 +249,8 @@ async fn a_failing_receiver_is_retried_a_dead_one_slows_nothing_and_a_proxy_is_u
                         .then_some(())
                 })
                 .await;
+                assert!(controller.logged("sending an alert failed"), "see {}", controller.log.display());
+                assert!(!controller.logged(token), "the webhook token is in the log: {}", controller.log.display());
             }
             controller.stop().await;
         }

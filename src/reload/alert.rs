@@ -222,10 +222,29 @@ pub async fn post(
             Ok(response) if accepted(response.status()) => return Ok(()),
             Ok(response) if response.status().is_server_error() => last = format!("status {}", response.status()),
             Ok(response) => return Err(format!("status {}", response.status())),
-            Err(err) => last = format!("request failed: {err}"),
+            // Without the URL: a Slack or Teams webhook URL carries its token in the path.
+            Err(err) => {
+                last = format!(
+                    "request to {} failed: {}",
+                    url.origin().ascii_serialization(),
+                    error_chain(&err.without_url())
+                )
+            }
         }
     }
     Err(format!("{last} (after {ATTEMPTS} attempts)"))
+}
+
+/// An error and its causes on one line (reqwest's own text stops at "error sending request").
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// An HTTP client for alerts and webhooks: no redirects (as Reloader), an optional proxy.
