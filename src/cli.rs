@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use reloader_fleet::reload::{AlertConfig, Keys, Sink, Strategy, parse_go_duration as parse_duration};
-use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Placement};
+use reloader_fleet::reload::duration::{COALESCE_WINDOW_MAX, LEADER_ELECTION_MAX};
+use reloader_fleet::reload::{AlertConfig, Keys, Sink, Strategy, parse_go_duration};
+use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
 use reloader_fleet::watch::WorkloadKind;
 
 /// A sharded, highly-available drop-in successor to Stakater Reloader.
@@ -152,18 +153,20 @@ pub struct Args {
     /// Serve CPU profiles in the pprof format at `/debug/pprof/profile` on `--pprof-addr`.
     #[arg(long, env = "ENABLE_PPROF", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub enable_pprof: bool,
-    #[arg(long, env = "PPROF_ADDR", default_value = ":6060", global = true)]
+    /// Where the profiles are served: loopback by default (Reloader's `:6060` serves them to
+    /// anyone who reaches the pod), so `kubectl port-forward` is the way in.
+    #[arg(long, env = "PPROF_ADDR", default_value = "127.0.0.1:6060", global = true)]
     pub pprof_addr: String,
 
     #[arg(long, env = "LEADER_ELECTION_ID", default_value = "stakater-reloader-lock", global = true)]
     pub leader_election_id: String,
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "", global = true)]
     pub leader_election_namespace: String,
-    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration, global = true)]
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = leader_election_duration, global = true)]
     pub leader_election_lease_duration: Duration,
-    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration, global = true)]
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = leader_election_duration, global = true)]
     pub leader_election_renew_deadline: Duration,
-    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration, global = true)]
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = leader_election_duration, global = true)]
     pub leader_election_retry_period: Duration,
     #[arg(long, env = "LEADER_ELECTION_RELEASE_ON_CANCEL", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "true", global = true)]
     pub leader_election_release_on_cancel: bool,
@@ -179,6 +182,12 @@ pub struct Args {
     /// probes use :8080); the metrics address answers them too.
     #[arg(long, env = "HEALTH_ADDR", default_value = ":8080", value_parser = parse_addr, global = true)]
     pub health_addr: SocketAddr,
+    /// Where the data views are served (`/shards`, `/namespaces`, `/explain`: they name
+    /// namespaces, workloads and Secrets). Loopback by default: reach them with `kubectl
+    /// port-forward`. `:9091` serves them to the pod network (protect it with a NetworkPolicy);
+    /// empty turns them off.
+    #[arg(long, env = "ADMIN_ADDR", default_value = "127.0.0.1:9091", global = true)]
+    pub admin_addr: String,
 
     #[arg(long, env = "ALERT_ON_RELOAD", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub alert_on_reload: bool,
@@ -200,7 +209,7 @@ pub struct Args {
     /// Changes of several resources of one workload within this time of the first become one
     /// write (one rollout) recording every new hash; 0 writes each change at once (Reloader's
     /// behaviour). A workload's `reloader-fleet.stakater.com/coalesce-window` wins.
-    #[arg(long, env = "COALESCE_WINDOW", default_value = "0", value_parser = parse_duration, global = true)]
+    #[arg(long, env = "COALESCE_WINDOW", default_value = "0", value_parser = coalesce_window, global = true)]
     pub coalesce_window: Duration,
     /// The rollout budget: at most this many workload writes a second per replica, served in
     /// turn across namespaces, none dropped; 0 means no budget.
@@ -374,11 +383,30 @@ fn go_bool(value: &str) -> Result<bool, String> {
         .ok_or_else(|| format!("{value:?} is not a boolean (expected true or false)"))
 }
 
+/// The slowest rate that is not "none": one a minute. (A rate closer to zero made a wait too
+/// long for any clock: `--kube-api-qps=1e-300` panicked.)
+const RATE_MIN: f64 = 1.0 / 60.0;
+/// The fastest rate: more than any API server takes.
+const RATE_MAX: f64 = 1_000_000.0;
+
+/// A rate a second: 0 for none, else between one a minute and a million a second.
 fn parse_rate(value: &str) -> Result<f64, String> {
     match value.trim().parse::<f64>() {
-        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
-        _ => Err(format!("{value:?} is not a rate (a number a second, 0 for none)")),
+        Ok(rate) if rate == 0.0 || (RATE_MIN..=RATE_MAX).contains(&rate) => Ok(rate),
+        _ => Err(format!(
+            "{value:?} is not a rate: a number a second between {RATE_MIN:.4} (one a minute) and {RATE_MAX}, or 0 for none"
+        )),
     }
+}
+
+/// A leader-election timing: a Go duration of at most an hour.
+fn leader_election_duration(value: &str) -> Result<Duration, String> {
+    parse_go_duration(value, LEADER_ELECTION_MAX).map_err(|e| e.to_string())
+}
+
+/// A coalesce window: a Go duration of at most an hour.
+fn coalesce_window(value: &str) -> Result<Duration, String> {
+    parse_go_duration(value, COALESCE_WINDOW_MAX).map_err(|e| e.to_string())
 }
 
 fn parse_strategy(value: &str) -> Result<Strategy, String> {
@@ -413,6 +441,8 @@ pub struct Settings {
     pub webhook_url: Option<reqwest::Url>,
     /// `--pprof-addr` when `--enable-pprof` is set.
     pub pprof_addr: Option<SocketAddr>,
+    /// `--admin-addr`, unless empty.
+    pub admin_addr: Option<SocketAddr>,
 }
 
 impl Args {
@@ -479,15 +509,20 @@ impl Args {
             .enable_pprof
             .then(|| parse_addr(&self.pprof_addr).map_err(|e| anyhow::anyhow!("invalid --pprof-addr: {e}")))
             .transpose()?;
+        let admin_addr = match self.admin_addr.trim() {
+            "" => None,
+            addr => Some(parse_addr(addr).map_err(|e| anyhow::anyhow!("invalid --admin-addr: {e}"))?),
+        };
         if !matches!(self.log_format.as_str(), "" | "json") {
             bail!("invalid --log-format {:?}: expected json or empty", self.log_format);
         }
         if self.leader_election_lease_duration < Duration::from_secs(1)
             || self.leader_election_renew_deadline >= self.leader_election_lease_duration
             || self.leader_election_retry_period >= self.leader_election_renew_deadline
+            || self.leader_election_retry_period.is_zero()
         {
             bail!(
-                "invalid leader election timings: need --leader-election-lease-duration >= 1s > --leader-election-renew-deadline > --leader-election-retry-period"
+                "invalid leader election timings: need --leader-election-lease-duration >= 1s > --leader-election-renew-deadline > --leader-election-retry-period > 0"
             );
         }
 
@@ -548,6 +583,7 @@ impl Args {
             alert_proxy,
             webhook_url,
             pprof_addr,
+            admin_addr,
         })
     }
 }
@@ -559,14 +595,6 @@ fn parse_url(text: &str, setting: &str) -> anyhow::Result<reqwest::Url> {
         bail!("invalid {setting} {text:?}: expected an http:// or https:// URL");
     }
     Ok(url)
-}
-
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 #[cfg(test)]
@@ -657,14 +685,45 @@ mod tests {
         bad(&["--enable-pprof", "--pprof-addr=nowhere"], "--pprof-addr");
         bad(&["--namespaces=Bad_NS"], "DNS-1123");
         bad(&["--leader-election-renew-deadline=20s"], "leader election");
+        bad(&["--leader-election-retry-period=0s"], "leader election");
         let strategy = Args::try_parse_from(["reloader", "--reload-strategy=rolling"]).expect_err("rejected");
         assert!(strategy.to_string().contains("env-vars, annotations"));
+    }
+
+    #[test]
+    fn values_that_panicked_are_start_up_errors() {
+        // Regression: each of these reached a timer or a float-to-Duration conversion and
+        // panicked at start or at the first change.
+        for flags in [
+            ["--coalesce-window=20000h"],
+            ["--coalesce-window=99999999999999999999999h"],
+            ["--kube-api-qps=1e-300"],
+            ["--max-rollouts-per-second=0.000001"],
+            ["--max-rollouts-per-second=NaN"],
+            ["--kube-api-qps=inf"],
+            ["--leader-election-lease-duration=100000h"],
+        ] {
+            let err = Args::try_parse_from(std::iter::once("reloader").chain(flags)).expect_err("refused");
+            assert!(err.to_string().contains(flags[0].split('=').next().unwrap_or_default()), "{err}");
+        }
+        assert_eq!(args(&["--coalesce-window=1h"]).coalesce_window, Duration::from_secs(3600));
+        assert_eq!(args(&["--max-rollouts-per-second=0.5"]).max_rollouts_per_second, 0.5);
     }
 
     #[test]
     fn resources_to_ignore_is_case_insensitive() {
         let s = args(&["--resources-to-ignore=ConfigMaps"]).settings().expect("valid");
         assert!(!s.watch_configmaps && s.watch_secrets);
+    }
+
+    #[test]
+    fn the_data_views_listen_on_loopback_unless_told_otherwise() {
+        let admin = |flags: &[&str]| args(flags).settings().expect("valid").admin_addr;
+        let default = admin(&[]).expect("on by default");
+        assert!(default.ip().is_loopback(), "{default}");
+        assert_eq!(admin(&["--admin-addr="]), None);
+        assert_eq!(admin(&["--admin-addr=:9091"]).map(|a| a.ip().is_unspecified()), Some(true));
+        assert!(args(&["--admin-addr=nowhere"]).settings().is_err());
     }
 
     #[test]

@@ -279,7 +279,9 @@ impl Limiter {
             let refill = now.duration_since(bucket.at).as_secs_f64() * bucket.qps;
             bucket.tokens = (bucket.tokens + refill).min(bucket.burst) - 1.0;
             bucket.at = now;
-            (bucket.tokens < 0.0).then(|| Duration::from_secs_f64(-bucket.tokens / bucket.qps))
+            // Checked: a rate near zero (refused at start) or a huge queue must not panic here.
+            (bucket.tokens < 0.0)
+                .then(|| Duration::try_from_secs_f64(-bucket.tokens / bucket.qps).unwrap_or(Duration::MAX))
         };
         if let Some(wait) = wait {
             tokio::time::sleep(wait).await;

@@ -89,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
         metrics_addr,
         metrics_count_by_namespace,
         health_addr,
+        admin_addr: _,
         alert_on_reload: _,
         alert_webhook_url: _,
         alert_sink: _,
@@ -394,7 +395,8 @@ async fn main() -> anyhow::Result<()> {
             ready.store(true, Ordering::Release);
         }
     });
-    let mut admin_task = tokio::spawn(admin::serve(metrics_addr, Some(health_addr), state.clone(), shutdown.clone()));
+    let addresses = admin::Addresses { metrics: metrics_addr, health: Some(health_addr), data: settings.admin_addr };
+    let mut admin_task = tokio::spawn(admin::serve(addresses, state.clone(), shutdown.clone()));
     let lint_tx = if annotation_lint {
         let (lint_tx, stored) = mpsc::channel(LINT_QUEUE);
         let inputs = reload::lint::Inputs {

@@ -220,3 +220,68 @@ async fn big_and_odd_objects_reload_and_cost_little_memory_each() {
     })
     .await;
 }
+
+/// Regression (issue 39): a pause period of years panicked the engine at every start (float
+/// seconds to Duration), and a coalesce window of years panicked the timer queue at the next
+/// change, so one annotated Deployment stopped reloading for the whole cluster.
+#[tokio::test]
+async fn durations_of_years_in_annotations_never_stop_the_controller() {
+    scenario("years", Strategy::EnvVars, &[], |ctx, controller| async move {
+        ctx.expect_lint_findings();
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        let period = "deployment.reloader.stakater.com/pause-period";
+        Workload::new(Kind::Deployment, "paused-for-ever")
+            .auto()
+            .annotate(period, "99999999999999999999999h")
+            .annotate("deployment.reloader.stakater.com/paused-at", "2026-01-01T00:00:00Z")
+            .env_from_configmap("cm")
+            .create(c, ns)
+            .await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(c.clone(), ns);
+        deployments
+            .patch("paused-for-ever", &PatchParams::default(), &Patch::Merge(json!({ "spec": { "paused": true } })))
+            .await
+            .expect("pause the Deployment");
+        Workload::new(Kind::Deployment, "window-of-years")
+            .auto()
+            .annotate(reloader_fleet::reload::COALESCE_WINDOW, "20000h")
+            .env_from_configmap("cm")
+            .create(c, ns)
+            .await;
+        Workload::new(Kind::Deployment, "good").auto().env_from_configmap("cm").create(c, ns).await;
+        wait_stored(&controller, 3).await;
+
+        // An unusable period must not leave the Deployment paused for ever: it is resumed.
+        wait_for("the pause with an unusable period to end", || async {
+            let d = deployments.get("paused-for-ever").await.ok()?;
+            (d.spec?.paused != Some(true)).then_some(())
+        })
+        .await;
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let hash = cm_hash(&[("k", "2")]);
+        // The window of years is refused: the workload is written at once, as without one.
+        ctx.wait_reloaded(Kind::Deployment, "window-of-years", Cm, "cm", &hash).await;
+        ctx.wait_reloaded(Kind::Deployment, "good", Cm, "cm", &hash).await;
+        let events: Api<Event> = Api::namespaced(c.clone(), ns);
+        wait_for("a Warning Event on the window of years", || async {
+            let selector = "involvedObject.name=window-of-years,reason=InvalidAnnotation,type=Warning";
+            let list = events.list(&ListParams::default().fields(selector)).await.ok()?;
+            list.items.iter().any(|e| e.message.as_deref().unwrap_or_default().contains("longer than")).then_some(())
+        })
+        .await;
+        wait_for("the lint to report both durations", || async {
+            let found =
+                controller.metric("reloader_annotation_lint_findings_total{finding=\"invalid-duration\"}").await;
+            (found >= 2.0).then_some(())
+        })
+        .await;
+
+        // Still running and still reloading.
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "3" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "good", Cm, "cm", &cm_hash(&[("k", "3")])).await;
+        assert!(!controller.logged("panicked"), "see {}", controller.log.display());
+        controller
+    })
+    .await;
+}

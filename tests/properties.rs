@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use reloader_fleet::reload::duration::GoDuration;
 use reloader_fleet::reload::{Keys, Options, Rules, env_var_name, parse_go_duration};
 use reloader_fleet::shard::{LabelSelector, Placement, Ring};
 use reloader_fleet::watch::{Annotations, DataHash, PodTemplate, ResourceKind, ResourceState};
@@ -110,13 +111,28 @@ proptest! {
     fn go_durations_round_trip(h in 0u64..100, m in 0u64..60, s in 0u64..60, ms in 0u64..1000) {
         let text = format!("{h}h{m}m{s}s{ms}ms");
         let expected = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(ms);
-        let parsed = parse_go_duration(&text).map_err(TestCaseError::fail)?;
-        prop_assert!(parsed.abs_diff(expected) < Duration::from_micros(1), "{} -> {:?}", text, parsed);
+        let parsed = parse_go_duration(&text, Duration::MAX).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(parsed, expected, "{}", text);
+        let printed = GoDuration(parsed).to_string();
+        prop_assert_eq!(parse_go_duration(&printed, Duration::MAX), Ok(parsed), "printed {}", printed);
     }
 
     #[test]
     fn any_duration_text_parses_or_fails_without_panicking(text in any::<String>()) {
-        let _ = parse_go_duration(&text);
+        let _ = parse_go_duration(&text, Duration::MAX);
+    }
+
+    /// Numbers of any size (the pause period of 99999999999999999999999h panicked the engine):
+    /// never a panic, never past the ceiling.
+    #[test]
+    fn duration_text_near_the_grammar_stays_under_its_ceiling(
+        text in "[+-]?([0-9]{0,30}(\\.[0-9]{0,30})?(h|m|s|ms|us|µs|ns|d|)){1,4}",
+        max_secs in 0u64..100_000,
+    ) {
+        let max = Duration::from_secs(max_secs);
+        if let Ok(parsed) = parse_go_duration(&text, max) {
+            prop_assert!(parsed <= max, "{} -> {:?} over {:?}", text, parsed, max);
+        }
     }
 
     #[test]

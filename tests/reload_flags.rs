@@ -245,3 +245,28 @@ async fn health_address_serves_reloader_v2s_probes_next_to_the_metrics_address()
     })
     .await;
 }
+
+/// Issue 39: the data views name workloads and Secrets; they are served on the admin address
+/// only (loopback by default), never on the metrics address Prometheus and anyone on the pod
+/// network reach.
+#[tokio::test]
+async fn the_data_views_answer_on_the_admin_address_only() {
+    with_temp_ns("admin-addr", |_client, ns| async move {
+        let port = support::controller::free_port();
+        let admin = format!("--admin-addr=127.0.0.1:{port}");
+        let scope = format!("--namespaces={ns}");
+        let controller = Controller::start(&ns, &ns, &[scope.as_str(), admin.as_str()]).await;
+        let on_admin = |path: String| async move {
+            support::controller::http_get(&format!("http://127.0.0.1:{port}{path}")).await.map(|(code, _)| code)
+        };
+        for path in ["/shards".to_string(), "/namespaces".to_string(), format!("/explain/{ns}/deploy/web")] {
+            let metrics = format!("http://127.0.0.1:{}{path}", controller.port());
+            let answer = support::controller::http_get(&metrics).await.map(|(code, _)| code);
+            assert_eq!(answer, Some(404), "{path} on the metrics address");
+            assert_eq!(on_admin(path.clone()).await, Some(200), "{path} on the admin address");
+        }
+        assert_eq!(on_admin("/namespaces/Not_A_Namespace".to_string()).await, Some(400));
+        controller.stop().await;
+    })
+    .await;
+}

@@ -7,8 +7,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use crate::admin::AdminState;
+use crate::admin::fleet::bad_request;
+use crate::reload::duration::shown;
 use crate::reload::explain::{self, Serving, Subject};
 use crate::reload::{Keys, Options, Rules};
+use crate::shard::{is_dns_label, is_dns_subdomain};
 use crate::watch::{ResourceKey, WorkloadKey};
 
 /// The settings `explain` decides with, as the engine has them.
@@ -33,11 +36,16 @@ pub(crate) async fn explain(
     let Some(fleet) = state.fleet.as_ref() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "not wired").into_response();
     };
-    let subject = match Subject::parse(&kind) {
+    // Checked before anything is looked up.
+    if !is_dns_label(&namespace) {
+        return bad_request(format!("{:?} is not a namespace name (a DNS-1123 label)", shown(&namespace)));
+    }
+    if !is_dns_subdomain(&name) {
+        return bad_request(format!("{:?} is not an object name (a DNS-1123 subdomain)", shown(&name)));
+    }
+    let subject = match Subject::parse(&shown(&kind)) {
         Ok(subject) => subject,
-        Err(message) => {
-            return (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": message }))).into_response();
-        }
+        Err(message) => return bad_request(message),
     };
     let settings = &fleet.explain;
     let shard = fleet.ring.shard_of(&namespace);
@@ -91,8 +99,13 @@ pub(crate) async fn explain(
             explain::resource(&mut rules, &fleet.store, &settings.scope, serving, &key, &absent)
         }
     };
+    let report = report.with_short_hashes(SHOWN_HASH_DIGITS);
     match params.output.as_deref() {
         Some("text") => explain::text(&report).into_response(),
         _ => Json(report).into_response(),
     }
 }
+
+/// Hex digits of a hash shown here: enough for a person to compare two hashes (2^48 values),
+/// never the whole SHA-1 of a Secret's data, which could be checked against guessed values.
+const SHOWN_HASH_DIGITS: usize = 12;

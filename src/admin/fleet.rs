@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
 use kube::{Api, Client};
@@ -19,7 +21,8 @@ use serde::Serialize;
 use crate::admin::AdminState;
 use crate::lease::{Ownership, ShardState};
 use crate::reload::NamespaceStats;
-use crate::shard::{NamespaceFilter, Ring, VNODES};
+use crate::reload::duration::shown;
+use crate::shard::{NamespaceFilter, Ring, VNODES, is_dns_label};
 use crate::watch::Store;
 
 /// What the fleet endpoints read.
@@ -130,15 +133,27 @@ struct NamespaceBody {
     failures: u64,
 }
 
-pub(crate) async fn namespace(State(state): State<AdminState>, Path(name): Path<String>) -> Json<serde_json::Value> {
-    let Some(fleet) = state.fleet.as_ref() else { return Json(serde_json::json!({ "error": "not wired" })) };
+pub(crate) async fn namespace(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let Some(fleet) = state.fleet.as_ref() else {
+        return Json(serde_json::json!({ "error": "not wired" })).into_response();
+    };
+    // Checked before anything is looked up, or asked of the API server.
+    if !is_dns_label(&name) {
+        return bad_request(format!("{:?} is not a namespace name (a DNS-1123 label)", shown(&name)));
+    }
     let labels = match (&fleet.client, fleet.filter.needs_labels()) {
         (Some(client), true) => {
             let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
             match api.get_metadata_opt(&name).await {
                 Ok(Some(ns)) => ns.metadata.labels.unwrap_or_default(),
-                Ok(None) => return Json(serde_json::json!({ "namespace": name, "error": "no such namespace" })),
-                Err(err) => return Json(serde_json::json!({ "namespace": name, "error": err.to_string() })),
+                Ok(None) => {
+                    let body = serde_json::json!({ "namespace": name, "error": "no such namespace" });
+                    return (StatusCode::NOT_FOUND, Json(body)).into_response();
+                }
+                Err(err) => {
+                    let body = serde_json::json!({ "namespace": name, "error": err.to_string() });
+                    return (StatusCode::BAD_GATEWAY, Json(body)).into_response();
+                }
             }
         }
         _ => BTreeMap::new(),
@@ -164,7 +179,12 @@ pub(crate) async fn namespace(State(state): State<AdminState>, Path(name): Path<
         reloads: counts.reloads,
         failures: counts.failures,
     };
-    Json(serde_json::to_value(body).unwrap_or_default())
+    Json(serde_json::to_value(body).unwrap_or_default()).into_response()
+}
+
+/// A 400 answer naming what is wrong with the request.
+pub(crate) fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
 #[derive(Serialize)]

@@ -1,5 +1,6 @@
 //! `--enable-pprof`: CPU profiles in the pprof format at `/debug/pprof/profile?seconds=N`,
-//! on `--pprof-addr` (`:6060`), readable by `go tool pprof` as Reloader's are.
+//! on `--pprof-addr` (`127.0.0.1:6060`: loopback, reached with `kubectl port-forward`),
+//! readable by `go tool pprof` as Reloader's are.
 //!
 //! Sampling is pprof-rs's (a timer signal at 99 Hz, stacks unwound in the process). Heap
 //! profiles are not served: Rust's allocator keeps no per-site record to sample (that needs a
@@ -30,13 +31,16 @@ pub fn pprof_router() -> Router {
     Router::new().route("/debug/pprof/", get(index)).route("/debug/pprof/profile", get(profile))
 }
 
-/// Serve the profiling endpoints on `addr` until `shutdown`.
+/// Serve the profiling endpoints on `addr` until `shutdown`, with the limits of every admin
+/// listener (a profile may take its [`MAX_SECONDS`] and a little more).
 ///
 /// # Errors
-/// [`Error::Bind`] when the address is taken; [`Error::Serve`] when serving fails.
+/// [`Error::Bind`] when the address is taken.
 pub async fn serve_pprof(addr: SocketAddr, shutdown: CancellationToken) -> Result<(), Error> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
-    axum::serve(listener, pprof_router()).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(Error::Serve)
+    let timeout = Duration::from_secs(MAX_SECONDS + 10);
+    crate::admin::listener::serve(listener, pprof_router(), timeout, shutdown).await;
+    Ok(())
 }
 
 async fn index() -> impl IntoResponse {

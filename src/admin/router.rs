@@ -1,6 +1,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -31,25 +32,42 @@ pub struct AdminState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The admin address could not be bound (in use, or no permission). Retrying will not help.
-    #[error("cannot listen on {addr} (--metrics-addr or --health-addr)")]
+    /// An admin address could not be bound (in use, or no permission). Retrying will not help.
+    #[error("cannot listen on {addr} (--metrics-addr, --health-addr, --admin-addr or --pprof-addr)")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    /// The server stopped with an I/O error after it started.
-    #[error("admin server failed")]
-    Serve(#[source] std::io::Error),
 }
 
-/// The admin routes. Kept apart from [`serve`] so tests can drive it with `oneshot`.
+/// How long one request of the admin listeners may take (`/namespaces/{ns}` may make an API
+/// call, itself bounded by the client's timeout).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where each part of the admin server listens.
+#[derive(Clone, Copy, Debug)]
+pub struct Addresses {
+    /// `--metrics-addr` (`:9090`): `/metrics` and the probes, for Prometheus and the kubelet.
+    pub metrics: SocketAddr,
+    /// `--health-addr` (`:8080`, Reloader v2's probe port): the probes.
+    pub health: Option<SocketAddr>,
+    /// `--admin-addr` (`127.0.0.1:9091`): the data views (`/shards`, `/namespaces`,
+    /// `/explain`), which name workloads and Secrets. Loopback by default: `kubectl
+    /// port-forward` is the way in; `None` serves them nowhere.
+    pub data: Option<SocketAddr>,
+}
+
+/// `/metrics` and the probes: what Prometheus and the kubelet reach on the pod's address.
 pub fn router(state: AdminState) -> Router {
+    probes().route("/metrics", get(metrics)).with_state(state)
+}
+
+/// The data views: which replica holds which shard, where a namespace is served, and the
+/// `explain` answer from the store. They name namespaces, workloads and Secrets, so they are
+/// served on `--admin-addr` only (loopback unless the operator chooses otherwise).
+pub fn data_router(state: AdminState) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
-        .route("/live", get(|| async { "alive" }))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
         .route("/shards", get(fleet::shards))
         .route("/namespaces", get(fleet::namespaces))
         .route("/namespaces/{namespace}", get(fleet::namespace))
@@ -57,48 +75,63 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// Only the probes, for the health address.
-fn health_router(state: AdminState) -> Router {
+/// The probes, which every address answers.
+fn probes() -> Router<AdminState> {
     Router::new()
         .route("/live", get(|| async { "alive" }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(state)
 }
 
-/// Serve the admin router on `addr`, and the probes on `health` when it is another address,
-/// until `shutdown` is cancelled. Both addresses are bound before anything is served.
+/// Serve `/metrics` and the probes, the probes alone on the health address, and the data views
+/// on the admin address, until `shutdown`. Every address is bound before anything is served;
+/// parts given the same address share one listener.
 ///
 /// # Errors
-/// [`Error::Bind`] when an address cannot be bound, [`Error::Serve`] when serving fails.
-pub async fn serve(
-    addr: SocketAddr,
-    health: Option<SocketAddr>,
-    state: AdminState,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let bind = |addr: SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })
-    };
-    let admin = bind(addr).await?;
-    let health = match health {
-        Some(health) if health != addr => Some(bind(health).await?),
-        _ => None,
-    };
-    // The bound addresses, so that a port given as 0 is found in the log.
-    let bound = |l: &tokio::net::TcpListener| l.local_addr().map_or_else(|_| "?".to_string(), |a| a.to_string());
-    tracing::info!(addr = %bound(&admin), health = %health.as_ref().map_or_else(|| bound(&admin), bound),
-        "admin server listening");
-    let serve_admin =
-        axum::serve(admin, router(state.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    match health {
-        None => serve_admin.await.map_err(Error::Serve),
-        Some(listener) => {
-            let serve_health =
-                axum::serve(listener, health_router(state)).with_graceful_shutdown(shutdown.cancelled_owned());
-            tokio::try_join!(serve_admin, serve_health).map(|_| ()).map_err(Error::Serve)
+/// [`Error::Bind`] when an address cannot be bound.
+pub async fn serve(addresses: Addresses, state: AdminState, shutdown: CancellationToken) -> Result<(), Error> {
+    // Each address once, with what it serves: (address, metrics, data views).
+    let mut wanted: Vec<(SocketAddr, bool, bool)> = Vec::new();
+    let parts =
+        [(Some(addresses.metrics), true, false), (addresses.health, false, false), (addresses.data, false, true)];
+    for (addr, metrics, data) in parts {
+        let Some(addr) = addr else { continue };
+        match wanted.iter_mut().find(|(a, _, _)| *a == addr) {
+            Some(entry) => (entry.1, entry.2) = (entry.1 || metrics, entry.2 || data),
+            None => wanted.push((addr, metrics, data)),
         }
     }
+    let mut listeners = Vec::new();
+    for (addr, metrics, data) in &wanted {
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr: *addr, source })?;
+        let mut routes = probes();
+        if *metrics {
+            routes = routes.route("/metrics", get(self::metrics));
+        }
+        let mut routes = routes.with_state(state.clone());
+        if *data {
+            routes = routes.merge(data_router(state.clone()));
+        }
+        listeners.push((listener, routes));
+    }
+    // The bound addresses, so that a port given as 0 is found in the log.
+    let bound = |want: Option<SocketAddr>| -> String {
+        let index = want.and_then(|want| wanted.iter().position(|(a, _, _)| *a == want));
+        let local = index.and_then(|i| listeners[i].0.local_addr().ok());
+        local.map_or_else(|| "off".to_string(), |a| a.to_string())
+    };
+    tracing::info!(
+        addr = %bound(Some(addresses.metrics)),
+        health = %bound(addresses.health.or(Some(addresses.metrics))),
+        admin = %bound(addresses.data),
+        "admin server listening"
+    );
+    let served = listeners
+        .into_iter()
+        .map(|(listener, routes)| crate::admin::listener::serve(listener, routes, REQUEST_TIMEOUT, shutdown.clone()));
+    futures::future::join_all(served).await;
+    Ok(())
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
@@ -132,7 +165,8 @@ mod tests {
     use tower::ServiceExt;
 
     async fn get(state: AdminState, path: &str) -> (StatusCode, String) {
-        let response = router(state)
+        let response = router(state.clone())
+            .merge(data_router(state))
             .oneshot(Request::get(path).body(Body::empty()).expect("static request is valid"))
             .await
             .expect("router is infallible");
@@ -236,6 +270,34 @@ mod tests {
         let (status, body) = get(fleet_state(), "/explain/team-a/pod/x").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(body.contains("unknown kind"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn names_that_are_no_kubernetes_names_are_refused_before_any_lookup() {
+        let long = "a".repeat(300);
+        for path in [
+            "/namespaces/Bad_NS".to_string(),
+            "/namespaces/..".to_string(),
+            format!("/namespaces/{long}"),
+            "/explain/team-a/deploy/Web".to_string(),
+            "/explain/UPPER/deploy/web".to_string(),
+            format!("/explain/team-a/{long}/web"),
+        ] {
+            let (status, body) = get(fleet_state(), &path).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+            assert!(body.len() < 400, "{path}: the answer repeats the whole input: {body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_metrics_address_serves_no_data_view() {
+        for path in ["/shards", "/namespaces", "/namespaces/team-a", "/explain/team-a/deploy/web"] {
+            let response = router(fleet_state())
+                .oneshot(Request::get(path).body(Body::empty()).expect("static request is valid"))
+                .await
+                .expect("router is infallible");
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path} on the metrics address");
+        }
     }
 
     #[tokio::test]

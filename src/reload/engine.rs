@@ -24,11 +24,14 @@ use tracing::{debug, info, warn};
 
 use crate::reload::alert::{self, Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
+use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::strategy::{self, Item, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
-use crate::reload::{COALESCE_WINDOW, Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
+use crate::reload::{
+    COALESCE_WINDOW, Keys, Metrics, Mode, Options, Problem, Rules, merge_patch, pause_patch, resume_patch,
+};
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
@@ -620,12 +623,10 @@ impl Engine {
     /// The coalesce window of a workload: its own annotation, else `--coalesce-window`.
     fn window_for(&mut self, workload: &Workload) -> Duration {
         let Some(value) = workload.annotations.get(COALESCE_WINDOW) else { return self.config.coalesce_window };
-        match crate::reload::parse_go_duration(value) {
+        match parse_go_duration(value, COALESCE_WINDOW_MAX) {
             Ok(window) => window,
-            Err(reason) => {
-                let problem =
-                    crate::reload::Problem { annotation: COALESCE_WINDOW.into(), value: value.clone(), reason };
-                self.report_problems(workload, &[problem]);
+            Err(err) => {
+                self.report_problems(workload, &[Problem::new(COALESCE_WINDOW, value, err.to_string())]);
                 self.config.coalesce_window
             }
         }

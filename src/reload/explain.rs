@@ -96,6 +96,23 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report with every hash cut to its first `digits` hex digits (what the admin
+    /// endpoint shows: enough to compare, not the whole hash of a Secret's data).
+    #[must_use]
+    pub fn with_short_hashes(mut self, digits: usize) -> Report {
+        // By characters: a recorded hash is read from the workload and may be any text.
+        let cut = |hash: &mut Option<String>| {
+            if let Some(h) = hash {
+                *h = h.chars().take(digits).collect();
+            }
+        };
+        for pair in &mut self.pairs {
+            cut(&mut pair.recorded_hash);
+            cut(&mut pair.current_hash);
+        }
+        self
+    }
+
     fn new(kind: &str, namespace: &str, name: &str, serving: Serving, scope: &Scope) -> Report {
         Report {
             kind: kind.to_string(),
@@ -517,5 +534,31 @@ mod tests {
         assert_eq!(Subject::parse("cm"), Ok(Subject::Resource(ResourceKind::ConfigMap)));
         assert_eq!(Subject::parse("spc"), Ok(Subject::Resource(ResourceKind::SecretProviderClass)));
         assert!(Subject::parse("pod").is_err_and(|e| e.contains("unknown kind")));
+    }
+
+    #[test]
+    fn short_hashes_cut_by_characters_whatever_the_workload_records() {
+        let mut report = Report::new("Deployment", "ns", "web", Serving::default(), &scope());
+        let pair = |recorded: &str| Pair {
+            resource_kind: "Secret",
+            resource: "db".into(),
+            workload_kind: "Deployment",
+            workload: "web".into(),
+            reloads: true,
+            rule: "auto".into(),
+            reason: String::new(),
+            uses: vec![],
+            writes: None,
+            recorded_hash: Some(recorded.into()),
+            current_hash: Some(DataHash::of_bytes(b"secret").to_string()),
+        };
+        report.pairs = vec![
+            pair("0123456789abcdef0123"),
+            pair("\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}"),
+        ];
+        let short = report.with_short_hashes(12);
+        assert_eq!(short.pairs[0].recorded_hash.as_deref(), Some("0123456789ab"));
+        assert_eq!(short.pairs[0].current_hash.as_ref().map(String::len), Some(12));
+        assert_eq!(short.pairs[1].recorded_hash.as_ref().map(|h| h.chars().count()), Some(12));
     }
 }

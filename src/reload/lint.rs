@@ -12,8 +12,10 @@
 //!  auto-and-search         both on one workload: search then does nothing
 //!  absent-in-list          a .../reload list names a resource the namespace lacks
 //!  invalid-pattern         a .../reload list entry that is no regular expression
+//!  invalid-duration        a pause period or coalesce window that is no duration, or too long
 //! ```
 
+use crate::reload::duration::{COALESCE_WINDOW_MAX, PAUSE_PERIOD_MAX, parse_go_duration, shown};
 use crate::reload::{
     COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries,
     parse_go_bool,
@@ -142,6 +144,19 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
                     "both {:?} and {:?} are set: auto already reloads for every ConfigMap and Secret the workload \
                      uses, so search does nothing; remove one",
                     keys.auto, keys.search
+                ),
+            });
+        }
+    }
+    for (key, max) in [(keys.pause_period.as_str(), PAUSE_PERIOD_MAX), (COALESCE_WINDOW, COALESCE_WINDOW_MAX)] {
+        let Some(value) = workload.annotations.get(key) else { continue };
+        if let Err(err) = parse_go_duration(value, max) {
+            out.push(Finding {
+                code: "invalid-duration",
+                annotation: key.to_string(),
+                message: format!(
+                    "{key:?} is {:?}, which is {err}, and is ignored: use a Go duration such as \"5m\"",
+                    shown(value)
                 ),
             });
         }

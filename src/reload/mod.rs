@@ -5,6 +5,7 @@
 
 mod alert;
 mod checkpoint;
+pub mod duration;
 mod engine;
 mod env_var;
 mod events;
@@ -19,11 +20,12 @@ mod webhook;
 mod write;
 
 pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender as run_alert_sender};
+pub use duration::{DurationError, parse_go_duration};
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
 pub use keys::{COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
 pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
-pub use pause::{merge_patch, parse_go_duration, pause_patch, resume_patch};
+pub use pause::{merge_patch, pause_patch, resume_patch};
 pub use rules::{
     Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,
     target_container,

@@ -6,45 +6,12 @@
 //! sweep, so a restart or another replica resumes on time. Only pauses this controller made
 //! (both annotations present) are ever resumed.
 
-use std::time::Duration;
-
 use jiff::{Timestamp, Unit};
 use serde_json::{Value, json};
 
+use crate::reload::duration::{PAUSE_PERIOD_MAX, parse_go_duration};
 use crate::reload::{Keys, Problem};
 use crate::watch::{Workload, WorkloadKind};
-
-/// A Go-style duration: whole numbers with units h, m, s, ms (e.g. `15s`, `1m30s`).
-pub fn parse_go_duration(value: &str) -> Result<Duration, String> {
-    let invalid = || format!("{value:?} is not a duration (examples: 15s, 500ms, 1m30s)");
-    let mut total = Duration::ZERO;
-    let mut rest = value.trim();
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    // Go accepts a bare zero, and only zero, without a unit.
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(invalid)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            "us" | "µs" => 0.000_001,
-            "ns" => 0.000_000_001,
-            _ => return Err(invalid()),
-        };
-        total += Duration::from_secs_f64(number * seconds);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
 
 /// What to add to a reload patch to start a pause, `Ok(None)` when no pause applies, or the
 /// problem with the annotation (the reload then goes ahead unpaused).
@@ -53,11 +20,8 @@ pub fn pause_patch(keys: &Keys, workload: &Workload, now: Timestamp) -> Result<O
         return Ok(None);
     }
     let Some(period) = workload.annotations.get(&keys.pause_period) else { return Ok(None) };
-    parse_go_duration(period).map_err(|reason| Problem {
-        annotation: keys.pause_period.clone(),
-        value: period.clone(),
-        reason,
-    })?;
+    parse_go_duration(period, PAUSE_PERIOD_MAX)
+        .map_err(|err| Problem::new(&keys.pause_period, period, err.to_string()))?;
     if workload.paused {
         // Already paused: by us (the pending resume stands) or by someone else (left alone).
         return Ok(None);
@@ -70,8 +34,9 @@ pub fn pause_patch(keys: &Keys, workload: &Workload, now: Timestamp) -> Result<O
 pub fn resume_patch(keys: &Keys, workload: &Workload, now: Timestamp) -> Option<Value> {
     let paused_at = workload.annotations.get(&keys.paused_at)?;
     let period = workload.annotations.get(&keys.pause_period);
-    // An unreadable record must not leave the Deployment paused forever: resume at once.
-    let due = match (paused_at.parse::<Timestamp>(), period.map(|p| parse_go_duration(p))) {
+    // An unreadable record (or a period past the ceiling) must not leave the Deployment paused
+    // forever: resume at once.
+    let due = match (paused_at.parse::<Timestamp>(), period.map(|p| parse_go_duration(p, PAUSE_PERIOD_MAX))) {
         (Ok(at), Some(Ok(period))) => {
             let period = jiff::SignedDuration::try_from(period).unwrap_or(jiff::SignedDuration::ZERO);
             at.checked_add(period).unwrap_or(at)
@@ -122,16 +87,6 @@ mod tests {
     }
 
     #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_go_duration("15").is_err());
-        assert!(parse_go_duration("5 minutes").is_err());
-        assert!(parse_go_duration("").is_err());
-    }
-
-    #[test]
     fn a_reload_pauses_an_unpaused_deployment_with_a_period() {
         let keys = Keys::default();
         let patch = pause_patch(&keys, &deployment(&[(PERIOD, "5m")], false), now()).expect("valid");
@@ -160,6 +115,19 @@ mod tests {
         assert_eq!(resume_patch(&keys, &someone_elses, later), None);
         let v1_local_time = deployment(&[(PERIOD, "1m"), (AT, "2026-11-29T11:58:00+02:00")], true);
         assert!(resume_patch(&keys, &v1_local_time, now()).is_some(), "offsets are honoured");
+    }
+
+    #[test]
+    fn a_period_of_years_is_a_problem_and_its_pause_ends_at_once() {
+        // Regression: `Duration::from_secs_f64` panicked on this, at every start, in the engine.
+        let keys = Keys::default();
+        let years = "99999999999999999999999h";
+        let problem = pause_patch(&keys, &deployment(&[(PERIOD, years)], false), now()).expect_err("refused");
+        assert!(problem.reason.contains("longer than"), "{problem:?}");
+        let paused = deployment(&[(PERIOD, years), (AT, "2026-11-29T09:59:59Z")], true);
+        assert!(resume_patch(&keys, &paused, now()).is_some(), "an unusable period must not pause forever");
+        let too_long = deployment(&[(PERIOD, "25h"), (AT, "2026-11-29T09:59:59Z")], true);
+        assert!(resume_patch(&keys, &too_long, now()).is_some());
     }
 
     #[test]

@@ -110,8 +110,16 @@ pub struct Verdict {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Problem {
     pub annotation: String,
+    /// The value as users see it in the Event and the log: at most 64 characters and its size.
     pub value: String,
     pub reason: String,
+}
+
+impl Problem {
+    /// A problem with `value` of `annotation`, the value shortened for people.
+    pub fn new(annotation: &str, value: &str, reason: String) -> Problem {
+        Problem { annotation: annotation.to_string(), value: crate::reload::duration::shown(value), reason }
+    }
 }
 
 /// The engine's decision for one (resource, workload) pair.
@@ -260,11 +268,7 @@ fn explicit_list_matches(
     problems: &mut Vec<Problem>,
 ) -> bool {
     if list.len() > EXPLICIT_LIST_LIMIT {
-        problems.push(Problem {
-            annotation: annotation.to_string(),
-            value: format!("{}... ({} bytes)", list.chars().take(64).collect::<String>(), list.len()),
-            reason: format!("the list is longer than {EXPLICIT_LIST_LIMIT} bytes"),
-        });
+        problems.push(Problem::new(annotation, list, format!("the list is longer than {EXPLICIT_LIST_LIMIT} bytes")));
         return false;
     }
     for entry in list.split(',').map(str::trim) {
@@ -275,11 +279,7 @@ fn explicit_list_matches(
         match compiled {
             Ok(re) if re.is_match(name) => return true,
             Ok(_) => {}
-            Err(err) => problems.push(Problem {
-                annotation: annotation.to_string(),
-                value: entry.to_string(),
-                reason: format!("invalid regular expression: {err}"),
-            }),
+            Err(err) => problems.push(Problem::new(annotation, entry, format!("invalid regular expression: {err}"))),
         }
     }
     false
@@ -292,11 +292,7 @@ fn parse_bool(annotation: &str, value: &str, problems: &mut Vec<Problem>) -> boo
         Some(b) => b,
         None if value.is_empty() => false,
         None => {
-            problems.push(Problem {
-                annotation: annotation.to_string(),
-                value: value.to_string(),
-                reason: "not a boolean (expected true or false)".to_string(),
-            });
+            problems.push(Problem::new(annotation, value, "not a boolean (expected true or false)".to_string()));
             false
         }
     }

@@ -88,6 +88,8 @@ impl Controller {
             .env("RUST_LOG", "info,reloader_fleet=debug,kube=warn")
             // Tests run many controllers at once: no fixed health port (a test may set one).
             .env("HEALTH_ADDR", "127.0.0.1:0")
+            // The data views on the same listener (the same address), for `get`.
+            .env("ADMIN_ADDR", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))

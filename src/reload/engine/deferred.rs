@@ -54,13 +54,21 @@ pub(super) struct Deferred {
 /// A rollout that has not completed after this long no longer holds a place in the
 /// concurrency budget (a stuck rollout must not stop every other).
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(600);
+/// The longest a write waits in the timer queue: the longest coalesce window. (The queue panics
+/// on a deadline about two years out; windows are refused past this when parsed, and this
+/// keeps any other caller from reaching that.)
+const LONGEST_DELAY: Duration = crate::reload::duration::COALESCE_WINDOW_MAX;
+/// The longest time between two budgeted writes (a rate of one a minute).
+const MAX_SPACING: Duration = Duration::from_secs(60);
 /// How often a full concurrency budget is looked at again.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
 
 impl Deferred {
     /// `per_second`: the rollout budget; `concurrent`: rollouts at once (`None`: no limit).
     pub(super) fn new(per_second: Option<f64>, concurrent: Option<usize>) -> Self {
-        let spacing = per_second.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        // Checked: a rate near zero is refused at start, and must not panic if it gets here.
+        let spacing =
+            per_second.filter(|r| *r > 0.0).map(|r| Duration::try_from_secs_f64(1.0 / r).unwrap_or(MAX_SPACING));
         Deferred { spacing, max_in_flight: concurrent.filter(|n| *n > 0), ..Deferred::default() }
     }
 
@@ -137,7 +145,7 @@ impl Deferred {
         if window.is_zero() {
             self.make_ready(workload.clone());
         } else {
-            let key = self.windows.insert(workload.clone(), window);
+            let key = self.windows.insert(workload.clone(), window.min(LONGEST_DELAY));
             self.waiting.insert(workload.clone(), key);
         }
     }
@@ -195,7 +203,8 @@ impl Deferred {
         }
         self.last_namespace = Some(namespace);
         if let Some(spacing) = self.spacing {
-            self.next_write = Some(self.next_write.map_or(now, |at| at.max(now)) + spacing);
+            let from = self.next_write.map_or(now, |at| at.max(now));
+            self.next_write = Some(from.checked_add(spacing).unwrap_or(from));
         }
         let items = self.pending.remove(&workload).unwrap_or_default();
         Some((workload, items))
@@ -218,7 +227,7 @@ impl Deferred {
     pub(super) fn retry(&mut self, workload: WorkloadKey, items: BTreeSet<ResourceKey>, delay: Duration) {
         self.pending.entry(workload.clone()).or_default().extend(items);
         if !self.waiting.contains_key(&workload) {
-            let key = self.windows.insert(workload.clone(), delay);
+            let key = self.windows.insert(workload.clone(), delay.min(LONGEST_DELAY));
             self.waiting.insert(workload, key);
         }
     }

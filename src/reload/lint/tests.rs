@@ -130,3 +130,16 @@ fn only_names_in_reload_lists_must_exist() {
         finding.message
     );
 }
+
+#[test]
+fn durations_that_are_unusable_or_too_long_are_found() {
+    let keys = Keys::default();
+    let period = "deployment.reloader.stakater.com/pause-period";
+    let found =
+        workload(&keys, &workload_with(&[(period, "99999999999999999999999h"), (COALESCE_WINDOW, "2 seconds")], &[]));
+    assert_eq!(codes(&found), ["invalid-duration", "invalid-duration"]);
+    assert!(found.iter().any(|f| f.annotation == period && f.message.contains("longer than the 24h0m0s")), "{found:?}");
+    assert!(found.iter().any(|f| f.annotation == COALESCE_WINDOW && f.message.contains("not a duration")), "{found:?}");
+    let fine = workload(&keys, &workload_with(&[(period, "5m"), (COALESCE_WINDOW, "0")], &[]));
+    assert!(fine.is_empty(), "{fine:?}");
+}
