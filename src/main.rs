@@ -174,11 +174,31 @@ async fn main() -> anyhow::Result<()> {
             }
             served
         };
+    let (mut workload_kinds, mut csi) = (workload_kinds, csi);
+    let (mut watch_configmaps, mut watch_secrets) = (settings.watch_configmaps, settings.watch_secrets);
+    if command.is_none() {
+        // A kind this ServiceAccount may not watch is dropped, not retried into an unready
+        // controller; what is left keeps reloading.
+        let wanted = watched_collections(&workload_kinds, watch_configmaps, watch_secrets, csi);
+        for refused in watch::access::forbidden(&client, &wanted, settings.scoped_namespaces.as_deref()).await {
+            let kind = refused.collection.kind;
+            warn!(kind, warning = %refused.message(), "a kind cannot be watched; it is left out");
+            watch_metrics.kinds_forbidden.with_label_values(&[kind]).set(1);
+            state.warnings.write().unwrap_or_else(|p| p.into_inner()).push(refused.message());
+            workload_kinds.retain(|k| k.kind() != kind);
+            match kind {
+                "ConfigMap" => watch_configmaps = false,
+                "Secret" => watch_secrets = false,
+                "SecretProviderClass" | "SecretProviderClassPodStatus" => csi = false,
+                _ => {}
+            }
+        }
+    }
     info!(kinds = ?workload_kinds, csi, "watching these workload kinds");
     // Resource kinds watched: what explain and the lint count as able to exist.
     let watched_resources: Vec<watch::ResourceKind> = [
-        (settings.watch_configmaps, watch::ResourceKind::ConfigMap),
-        (settings.watch_secrets, watch::ResourceKind::Secret),
+        (watch_configmaps, watch::ResourceKind::ConfigMap),
+        (watch_secrets, watch::ResourceKind::Secret),
         (csi, watch::ResourceKind::SecretProviderClass),
     ]
     .into_iter()
@@ -227,8 +247,8 @@ async fn main() -> anyhow::Result<()> {
         namespaces: settings.scoped_namespaces.clone(),
         filter: settings.filter.clone(),
         resource_label_selector: settings.resource_label_selector.clone(),
-        watch_configmaps: settings.watch_configmaps,
-        watch_secrets: settings.watch_secrets,
+        watch_configmaps,
+        watch_secrets,
         compactor: compactor.clone(),
         workload_kinds,
         csi,
@@ -262,7 +282,7 @@ async fn main() -> anyhow::Result<()> {
     for warning in &warnings {
         warn!(%warning, "a setting points at nothing");
     }
-    *state.warnings.write().unwrap_or_else(|p| p.into_inner()) = warnings;
+    state.warnings.write().unwrap_or_else(|p| p.into_inner()).extend(warnings);
     let engine_config = reload::Config {
         strategy: reload_strategy,
         keys,
@@ -506,7 +526,7 @@ async fn served_kinds(
             if let Some(flag) = asked {
                 warn!(kind = spec.kind, flag, api = %kind.api_version(), "the flag asks for this kind but the API server does not serve it; not watching it");
             }
-        } else if asked.is_none() && !may_watch(client, spec.group, spec.plural).await {
+        } else if asked.is_none() && !may_watch(client, kind).await {
             // Detected, not asked for: without the RBAC to watch it the controller would never
             // be ready (OpenShift serves DeploymentConfigs to installs that grant no access).
             warn!(kind = spec.kind, api = %kind.api_version(), "detected, but this service account may not list and watch it; not watching it (set --is-openshift=true and grant the RBAC to roll it)");
@@ -517,38 +537,40 @@ async fn served_kinds(
     out
 }
 
-/// Whether this client may list and watch `plural` of `group` in every namespace.
-async fn may_watch(client: &kube::Client, group: &str, plural: &str) -> bool {
-    may(client, group, plural, "list", None).await && may(client, group, plural, "watch", None).await
+/// Whether this client may list and watch `kind` in every namespace.
+async fn may_watch(client: &kube::Client, kind: watch::WorkloadKind) -> bool {
+    let spec = kind.spec();
+    let collection = watch::access::Collection { kind: spec.kind, group: spec.group, plural: spec.plural };
+    watch::access::forbidden(client, &[collection], None).await.is_empty()
 }
 
-/// Whether this client may `verb` `plural` of `group` (in `namespace`, or everywhere): a
-/// SelfSubjectAccessReview, which any authenticated user may create.
-async fn may(client: &kube::Client, group: &str, plural: &str, verb: &str, namespace: Option<&str>) -> bool {
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    };
-    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.to_string()),
-                resource: Some(plural.to_string()),
-                verb: Some(verb.to_string()),
-                namespace: namespace.map(str::to_string),
-                ..ResourceAttributes::default()
-            }),
-            ..SelfSubjectAccessReviewSpec::default()
-        },
-        ..SelfSubjectAccessReview::default()
-    };
-    match api.create(&kube::api::PostParams::default(), &review).await {
-        Ok(answer) => answer.status.as_ref().is_some_and(|s| s.allowed),
-        Err(err) => {
-            warn!(error = %err, "an access review failed; taking the access as denied");
-            false
-        }
+/// Every collection the watches will open: the workload kinds, ConfigMaps and Secrets unless
+/// ignored, and the CSI driver's two kinds.
+fn watched_collections(
+    kinds: &[watch::WorkloadKind],
+    configmaps: bool,
+    secrets: bool,
+    csi: bool,
+) -> Vec<watch::access::Collection> {
+    use watch::access::Collection;
+    let mut wanted: Vec<Collection> =
+        kinds.iter().map(|k| Collection { kind: k.kind(), group: k.spec().group, plural: k.spec().plural }).collect();
+    if configmaps {
+        wanted.push(Collection { kind: "ConfigMap", group: "", plural: "configmaps" });
     }
+    if secrets {
+        wanted.push(Collection { kind: "Secret", group: "", plural: "secrets" });
+    }
+    if csi {
+        let group = "secrets-store.csi.x-k8s.io";
+        wanted.push(Collection { kind: "SecretProviderClass", group, plural: "secretproviderclasses" });
+        wanted.push(Collection {
+            kind: "SecretProviderClassPodStatus",
+            group,
+            plural: "secretproviderclasspodstatuses",
+        });
+    }
+    wanted
 }
 
 /// Settings that point at nothing: a watched namespace that does not exist, a checkpoint
@@ -579,8 +601,8 @@ async fn check_places(
         warnings.push(format!(
             "the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}) does not exist; changes made while no replica runs will be missed"
         ));
-    } else if !may(client, "", "configmaps", "update", Some(checkpoint_namespace)).await
-        || !may(client, "", "configmaps", "create", Some(checkpoint_namespace)).await
+    } else if !watch::access::may(client, "", "configmaps", "update", Some(checkpoint_namespace)).await
+        || !watch::access::may(client, "", "configmaps", "create", Some(checkpoint_namespace)).await
     {
         warnings.push(format!(
             "this service account may not write ConfigMaps in the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}); changes made while no replica runs will be missed"

@@ -113,6 +113,32 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
     .await;
 }
 
+/// Issue 39: a kind the ServiceAccount may not watch (here the manifest without its CronJob
+/// rule) used to be retried for ever and keep the whole controller unready. It is dropped with
+/// a warning (log, `/readyz`, a metric) and everything else reloads.
+#[tokio::test]
+async fn a_kind_the_rbac_leaves_out_is_dropped_and_the_rest_reloads() {
+    with_temp_ns("manifests-degrade", |client, ns| async move {
+        let mut docs = documents_in(MANIFEST, &ns);
+        for doc in docs.iter_mut().filter(|d| d["kind"] == "ClusterRole") {
+            let rules = doc["rules"].as_array_mut().expect("rules");
+            rules.retain(|r| !r["resources"].as_array().is_some_and(|l| l.iter().any(|x| x == "cronjobs")));
+        }
+        let (path, cluster_scoped) = apply_documents_and_login(&client, &ns, docs).await;
+        let selector = format!("--namespace-selector={}=manifests-degrade", support::TEST_LABEL);
+        let controller = Controller::start_with_kubeconfig(&ns, &ns, &[selector.as_str()], &path).await;
+        let readyz = controller.get("/readyz").await;
+        assert!(readyz.starts_with("ok") && readyz.contains("may not list and watch cronjobs"), "{readyz}");
+        assert_eq!(controller.metric("reloader_watch_kinds_forbidden{kind=\"CronJob\"}").await, 1.0);
+        wait_stored(&controller, 1).await;
+        reloads_without_forbidden_calls(&client, &ns, vec![controller]).await;
+        for (api, name) in cluster_scoped {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+    })
+    .await;
+}
+
 /// Change ConfigMap `cm` (from `k=1` to `k=2`), wait for Deployment `web` to record it, check
 /// that no replica had a watch refused, then stop the replicas.
 async fn reloads_without_forbidden_calls(client: &Client, ns: &str, replicas: Vec<Controller>) {

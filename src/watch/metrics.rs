@@ -28,6 +28,9 @@ pub struct Metrics {
     /// `reloader_watch_server_sharded_collections`: watched collections the API server
     /// filters by shard (`--shard-placement=fnv-ranges` with ShardedListAndWatch).
     pub server_sharded: IntGauge,
+    /// `reloader_watch_kinds_forbidden{kind}`: 1 for each kind this replica may not list and
+    /// watch, and so does not watch (found at start; the warning is in the log and `/readyz`).
+    pub kinds_forbidden: IntGaugeVec,
 }
 
 impl Metrics {
@@ -64,6 +67,11 @@ impl Metrics {
             "reloader_watch_server_sharded_collections",
             "Watched collections the API server filters by shard (shardSelector)",
         )?;
+        let kinds_forbidden = IntGaugeVec::new(
+            Opts::new("reloader_watch_kinds_forbidden", "Kinds this replica may not list and watch, so does not watch"),
+            &["kind"],
+        )?;
+        registry.register(Box::new(kinds_forbidden.clone()))?;
         registry.register(Box::new(events_foreign.clone()))?;
         registry.register(Box::new(server_sharded.clone()))?;
         registry.register(Box::new(lint_queued.clone()))?;
@@ -83,6 +91,7 @@ impl Metrics {
             lint_queued,
             events_foreign,
             server_sharded,
+            kinds_forbidden,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! ConfigMaps and Secrets are kept as a [`DataHash`], never as their data: the hash is all
 //! the engine needs, and it keeps memory flat however large the objects are.
 
+pub mod access;
 mod csi;
 mod hash;
 mod kind;
