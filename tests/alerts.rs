@@ -312,6 +312,41 @@ async fn webhook_only_mode_writes_no_workload_and_delivers_a_change_made_during_
     .await;
 }
 
+/// Issue 39: in webhook-only mode the POST was awaited on the engine's loop, so a receiver that
+/// hangs held every other change for up to 31 s (three tries of 10 s). A POST is now in flight
+/// beside the others: a change of another resource is delivered while the first is held.
+#[tokio::test]
+async fn a_webhook_receiver_that_hangs_holds_up_only_its_own_change() {
+    with_temp_ns("webhook-hang", |client, ns| async move {
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        for cm in ["slow", "fast"] {
+            create_configmap(c, ns, cm, &[("k", "0")]).await;
+            Workload::new(Kind::Deployment, &format!("uses-{cm}")).auto().env_from_configmap(cm).create(c, ns).await;
+        }
+        let receiver = Receiver::start().await;
+        receiver.hold("\"resourceName\":\"slow\"");
+        let flag = format!("--webhook-url={}", receiver.url("/pipeline"));
+        let controller = start(&ctx, "hang", &[flag.as_str()], &[]).await;
+        wait_stored(&controller, 2).await;
+        patch_configmap(c, ns, "slow", json!({ "data": { "k": "1" } })).await;
+        wait_for("the receiver to hold the first change", || async { (receiver.held() == 1).then_some(()) }).await;
+        patch_configmap(c, ns, "fast", json!({ "data": { "k": "1" } })).await;
+        let got = wait_received(&receiver, 1).await;
+        assert!(got[0].body.contains("\"resourceName\":\"fast\""), "{}", got[0].body);
+        assert_eq!(
+            receiver.held(),
+            1,
+            "the other change was delivered while the first is still held, on its first try"
+        );
+        receiver.release();
+        let got = wait_received(&receiver, 2).await;
+        assert!(got[1].body.contains("\"resourceName\":\"slow\""), "{}", got[1].body);
+        controller.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_fleet_alerts_each_reload_once_across_a_sigterm() {
     with_temp_ns("alerts-fleet", |client, home| async move {

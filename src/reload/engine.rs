@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{debug, info, warn};
 
-use crate::reload::alert::{self, Alert, Sink};
+use crate::reload::alert::{Alert, Sink};
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
 use crate::reload::events::{Events, WritesOut};
@@ -230,6 +230,7 @@ pub async fn run(
             // sweep, retries and checkpoint saves still run when due, each once.
             _ = tick.tick() => {
                 engine.resume_paused();
+                engine.prune();
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
                 if !engine.follows(&wanted) {
@@ -256,7 +257,7 @@ pub async fn run(
             // Writes that landed free what waits for them.
             Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
             // Changes already queued first (they are older than the channel's).
-            () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump().await,
+            () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump(),
             Some(change) = changes.recv(), if engine.queue.len() < MAX_QUEUED => {
                 engine.enqueue(change, None);
                 engine.take_queued(&mut changes);
@@ -367,7 +368,7 @@ impl Engine {
     }
 
     /// Decide a change: what it needs written now, or its outcome if nothing.
-    async fn prepare(&mut self, change: &Change, forced: Option<Transition>) -> Prepared {
+    fn prepare(&mut self, change: &Change, forced: Option<Transition>) -> Prepared {
         let key = &change.key;
         let current = self.store.resource(key);
         // Never acted on here: what the store held before this event is the baseline.
@@ -425,7 +426,9 @@ impl Engine {
             ),
         };
 
-        if let Some(webhook) = self.config.webhook.clone() {
+        if self.config.webhook.is_some() {
+            // Webhook-only mode: POST the change if it would reload anything. It counts as
+            // handled (checkpoint) only once the receiver took it; until then it is retried.
             let mut matched = Vec::new();
             for candidate in self.store.candidates(key) {
                 let workload = self.freshest(candidate);
@@ -433,7 +436,13 @@ impl Engine {
                     matched.push(workload.key.clone());
                 }
             }
-            return Prepared::Finished(self.notify(&webhook, key, current.as_ref(), &matched).await);
+            let current = current.map(|s| s.hash);
+            if matched.is_empty() {
+                self.record_acted(key, current.as_ref().map(short));
+                return Prepared::Finished(Outcome::Skipped);
+            }
+            let body = webhook::body(key, current, &matched, jiff::Timestamp::now());
+            return Prepared::Post { body, workloads: matched.len(), transition, hash: state.hash, current };
         }
 
         let mut writes = Vec::new();
@@ -479,42 +488,23 @@ impl Engine {
         if wrote > 0 { Outcome::Done } else { Outcome::Skipped }
     }
 
-    /// Webhook-only mode: POST the change if it would reload anything. The change counts as
-    /// handled (checkpoint) only once the receiver took it; until then it is retried.
-    async fn notify(
-        &mut self,
-        webhook: &Webhook,
-        key: &ResourceKey,
-        current: Option<&ResourceState>,
-        matched: &[WorkloadKey],
-    ) -> Outcome {
-        let hash = current.map(|s| s.hash);
-        if matched.is_empty() {
-            self.record_acted(key, hash.as_ref().map(short));
-            return Outcome::Skipped;
-        }
-        let body = webhook::body(key, hash, matched, jiff::Timestamp::now());
-        match alert::post(&webhook.client, &webhook.url, "application/json", body, |s| s.is_success()).await {
-            Ok(()) => {
-                self.metrics.action.with_label_values(&["webhook", "success"]).inc();
-                info!(workloads = matched.len(), "change sent to the webhook");
-                self.record_acted(key, hash.as_ref().map(short));
-                Outcome::Done
-            }
-            Err(err) => {
-                self.metrics.action.with_label_values(&["webhook", "error"]).inc();
-                self.metrics.errors.with_label_values(&["webhook_send"]).inc();
-                warn!(error = %err, "sending the change to the webhook failed; will retry");
-                Outcome::Failed
-            }
-        }
-    }
-
-    fn record_acted(&mut self, key: &ResourceKey, hash: Option<ShortHash>) {
+    pub(super) fn record_acted(&mut self, key: &ResourceKey, hash: Option<ShortHash>) {
         match hash {
             Some(h) => self.acted.insert(key.clone(), h),
             None => self.acted.remove(key),
         };
+    }
+
+    /// Forget what the engine keeps of objects that are gone: its own versions of workloads
+    /// the store has caught up with or no longer holds, and the reload counts (and their
+    /// series) of namespaces the store holds nothing of any more. A cluster that creates and
+    /// deletes namespaces all day keeps neither growing.
+    fn prune(&mut self) {
+        let store = &self.store;
+        self.overlay.retain(|key, ours| {
+            store.workload(key).is_some_and(|stored| newer(&ours.resource_version, &stored.resource_version))
+        });
+        self.metrics.forget_namespaces(|ns| !store.has_namespace(ns));
     }
 
     /// The store's workload, unless our own later write is not yet reflected there.

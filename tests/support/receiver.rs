@@ -28,25 +28,31 @@ struct Inner {
     script: VecDeque<u16>,
     /// Answer this to everything (after the script), e.g. 503 for an outage.
     fallback: Option<u16>,
+    /// Requests whose body contains this are held unanswered until [`Receiver::release`].
+    hold: Option<String>,
+    /// Requests held now.
+    held: usize,
 }
 
 /// A running receiver; stops when dropped.
 pub struct Receiver {
     pub addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
+    released: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
     pub async fn start() -> Receiver {
         let inner = Arc::new(Mutex::new(Inner::default()));
-        let app = Router::new().fallback(record).with_state(inner.clone());
+        let released = Arc::new(tokio::sync::Notify::new());
+        let app = Router::new().fallback(record).with_state((inner.clone(), released.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
         let addr = listener.local_addr().expect("the receiver's address");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Receiver { addr, inner, task }
+        Receiver { addr, inner, released, task }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -61,6 +67,23 @@ impl Receiver {
     /// Answer `status` to every request from now on (`None`: 200 again).
     pub fn answer_always(&self, status: Option<u16>) {
         self.lock().fallback = status;
+    }
+
+    /// Hold every request whose body contains `text` unanswered until [`Receiver::release`]
+    /// (a receiver that hangs).
+    pub fn hold(&self, text: &str) {
+        self.lock().hold = Some(text.to_string());
+    }
+
+    /// Answer the held requests, and hold no more.
+    pub fn release(&self) {
+        self.lock().hold = None;
+        self.released.notify_waiters();
+    }
+
+    /// Requests held unanswered now.
+    pub fn held(&self) -> usize {
+        self.lock().held
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -83,13 +106,23 @@ impl Drop for Receiver {
     }
 }
 
-async fn record(State(inner): State<Arc<Mutex<Inner>>>, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let mut inner = inner.lock().unwrap_or_else(|p| p.into_inner());
+type Shared = (Arc<Mutex<Inner>>, Arc<tokio::sync::Notify>);
+
+async fn record(State((inner, released)): State<Shared>, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let text = String::from_utf8_lossy(&body).to_string();
+    let lock = || inner.lock().unwrap_or_else(|p| p.into_inner());
+    if lock().hold.as_ref().is_some_and(|h| text.contains(h.as_str())) {
+        let release = released.notified();
+        lock().held += 1;
+        release.await;
+        lock().held -= 1;
+    }
+    let mut inner = lock();
     let status = inner.script.pop_front().or(inner.fallback).unwrap_or(200);
     inner.received.push(Received {
         uri: uri.to_string(),
         content_type: headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string(),
-        body: String::from_utf8_lossy(&body).to_string(),
+        body: text,
         status,
     });
     StatusCode::from_u16(status).unwrap_or(StatusCode::OK)

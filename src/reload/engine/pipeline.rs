@@ -24,11 +24,12 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Engine, Outcome, Transition};
-use crate::reload::checkpoint::ShortHash;
-use crate::reload::write::Writes;
+use crate::reload::alert;
+use crate::reload::checkpoint::{ShortHash, short};
+use crate::reload::write::{WriteResult, Writes};
 use crate::watch::{Change, DataHash, ResourceKey, Workload, WorkloadKey};
 
 /// Changes taken from the watches' channel ahead of the engine, at most (the channel's own
@@ -53,6 +54,9 @@ pub(super) enum Prepared {
     Finished(Outcome),
     /// These writes, then [`Engine::finish`].
     Writes { writes: Vec<PlannedWrite>, transition: Transition, hash: DataHash, current: Option<DataHash> },
+    /// Webhook-only mode: POST this body (about `workloads` workloads); once the receiver took
+    /// it, the change is handled.
+    Post { body: Vec<u8>, workloads: usize, transition: Transition, hash: DataHash, current: Option<DataHash> },
 }
 
 /// A change waiting to be decided, with the transition to force (a shard's take-up).
@@ -78,6 +82,8 @@ pub(super) enum Purpose {
     Deferred(BTreeSet<ResourceKey>),
     /// The end of a Deployment's pause period.
     Resume,
+    /// A change POSTed to the webhook (webhook-only mode), about this many workloads.
+    Post(Flight, usize),
 }
 
 /// Writes that are back: each write's result and time, in the order of `writes`.
@@ -157,7 +163,7 @@ impl Engine {
 
     /// Decide, in queue order, every change of the window that nothing before it claims;
     /// send their writes. The others keep their places.
-    pub(super) async fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         let mut waiting_workloads: HashSet<WorkloadKey> = HashSet::new();
         let mut waiting_resources: HashSet<ResourceKey> = HashSet::new();
         let mut held = Vec::new();
@@ -182,7 +188,7 @@ impl Engine {
                 held.push((change, forced));
                 continue;
             }
-            self.dispatch(change, forced).await;
+            self.dispatch(change, forced);
         };
         // Stalled until a change lands (or arrives) only if nothing the next pump would look
         // at may go: the writes in flight are at their bound, or every change looked at waits.
@@ -196,7 +202,7 @@ impl Engine {
 
     /// Decide one change (of an active shard; others are covered when their shard is taken
     /// up) and send its writes, or finish it if there are none.
-    async fn dispatch(&mut self, change: Change, forced: Option<Transition>) {
+    fn dispatch(&mut self, change: Change, forced: Option<Transition>) {
         let shard = self.shard_of(&change.key);
         if !self.acts_on(shard) {
             return;
@@ -205,9 +211,13 @@ impl Engine {
         let span = info_span!("change", kind = key.kind.kind(), namespace = %key.namespace, name = %key.name);
         let acted_before = self.acted.get(&key);
         let started = Instant::now();
-        let (writes, transition, hash, current) = match self.prepare(&change, forced).instrument(span.clone()).await {
+        let (writes, transition, hash, current) = match span.in_scope(|| self.prepare(&change, forced)) {
             Prepared::Finished(outcome) => return self.count(&key, shard, acted_before, started, outcome),
             Prepared::Writes { writes, transition, hash, current } => (writes, transition, hash, current),
+            Prepared::Post { body, workloads, transition, hash, current } => {
+                let flight = Flight { key, shard, acted_before, started, span, transition, hash, current };
+                return self.post(flight, body, workloads);
+            }
         };
         span.in_scope(|| debug!(resource = %key, hash = %hash, writes = writes.len(), "change decided"));
         let flight = Flight { key, shard, acted_before, started, span, transition, hash, current };
@@ -230,6 +240,30 @@ impl Engine {
             let results = send_all(&client, &writes, &span, &permits).await;
             Landed { purpose, writes, results }
         }));
+    }
+
+    /// Send a change to the webhook beside the writes (within `--max-concurrent-writes`): a
+    /// receiver that hangs holds up only later changes of the same resource, never the loop.
+    fn post(&mut self, flight: Flight, body: Vec<u8>, workloads: usize) {
+        let Some(webhook) = self.config.webhook.clone() else { return };
+        self.pipeline.resources.insert(flight.key.clone());
+        let permits = self.pipeline.permits.clone();
+        let span = flight.span.clone();
+        self.pipeline.running.push(Box::pin(
+            async move {
+                let _permit = permits.acquire().await.ok();
+                let started = Instant::now();
+                let sent =
+                    alert::post(&webhook.client, &webhook.url, "application/json", body, |s| s.is_success()).await;
+                let result = sent.map(|()| None);
+                Landed {
+                    purpose: Purpose::Post(flight, workloads),
+                    writes: Vec::new(),
+                    results: vec![(result, started.elapsed())],
+                }
+            }
+            .instrument(span),
+        ));
     }
 
     /// Finish writes that are back: release their claims and account for each (a change's
@@ -264,6 +298,11 @@ impl Engine {
                 }
                 return;
             }
+            Purpose::Post(flight, workloads) => {
+                self.pipeline.resources.remove(&flight.key);
+                let outcome = flight.span.in_scope(|| self.posted(&flight, workloads, results.next()));
+                return self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
+            }
         };
         self.pipeline.resources.remove(&flight.key);
         let outcome = {
@@ -277,6 +316,25 @@ impl Engine {
         self.count(&flight.key, flight.shard, flight.acted_before, flight.started, outcome);
     }
 
+    /// A change's POST to the webhook is back.
+    fn posted(&mut self, flight: &Flight, workloads: usize, sent: Option<(WriteResult, Duration)>) -> Outcome {
+        match sent {
+            Some((Ok(_), _)) => {
+                self.metrics.action.with_label_values(&["webhook", "success"]).inc();
+                info!(workloads, "change sent to the webhook");
+                self.record_acted(&flight.key, flight.current.as_ref().map(short));
+                Outcome::Done
+            }
+            failed => {
+                self.metrics.action.with_label_values(&["webhook", "error"]).inc();
+                self.metrics.errors.with_label_values(&["webhook_send"]).inc();
+                let error = failed.map(|(r, _)| r.err().unwrap_or_default()).unwrap_or_default();
+                warn!(error = %error, "sending the change to the webhook failed; will retry");
+                Outcome::Failed
+            }
+        }
+    }
+
     /// Whether writes are in flight in a shard that `of` picks.
     pub(super) fn in_flight_in(&self, of: impl Fn(u32) -> bool) -> bool {
         self.pipeline.resources.iter().any(|key| of(self.shard_of(key)))
@@ -286,7 +344,7 @@ impl Engine {
     /// Decide and write everything queued, and wait for it to land.
     pub(super) async fn settle(&mut self) {
         loop {
-            self.pump().await;
+            self.pump();
             match self.pipeline.next_landed().await {
                 Some(landed) => self.land(landed),
                 None if self.queue.is_empty() => break,
