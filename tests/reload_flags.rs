@@ -270,3 +270,32 @@ async fn the_data_views_answer_on_the_admin_address_only() {
     })
     .await;
 }
+
+/// Issue 39: the per-namespace counts and their series were forgotten only when a shard was
+/// let go, so a cluster creating and deleting namespaces all day grew them without end. They
+/// go once the store holds nothing of the namespace (it was deleted).
+#[tokio::test]
+async fn per_namespace_series_go_with_their_namespace() {
+    with_temp_ns("ns-series", |client, home| async move {
+        let (c, ns) = (&client, format!("{home}-gone"));
+        let label = format!("reloader-fleet.test/series={home}");
+        create_namespace(c, &ns, json!({ "reloader-fleet.test/series": home })).await;
+        create_configmap(c, &ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, &ns).await;
+        let selector = format!("--namespace-selector={label}");
+        let controller = Controller::start(&home, &home, &[selector.as_str(), "--metrics-count-by-namespace"]).await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(c, &ns, "cm", json!({ "data": { "k": "2" } })).await;
+        let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        let series = format!("reloader_reload_executed_total_by_namespace{{namespace=\"{ns}\",success=\"true\"}}");
+        wait_for("the namespace's series", || async { (controller.metric(&series).await == 1.0).then_some(()) }).await;
+        Api::<Namespace>::all(c.clone()).delete(&ns, &DeleteParams::default()).await.expect("delete the namespace");
+        wait_for("the deleted namespace's series to go", || async {
+            (!controller.metrics().await.contains(&format!("namespace=\"{ns}\""))).then_some(())
+        })
+        .await;
+        controller.stop().await;
+    })
+    .await;
+}

@@ -162,6 +162,11 @@ impl Store {
         self.read().per_namespace.keys().cloned().collect()
     }
 
+    /// Whether the store holds anything of `namespace`.
+    pub fn has_namespace(&self, namespace: &str) -> bool {
+        self.read().per_namespace.contains_key(namespace)
+    }
+
     /// How many namespaces have stored objects.
     pub fn namespace_count(&self) -> usize {
         self.read().per_namespace.len()
