@@ -285,3 +285,37 @@ async fn durations_of_years_in_annotations_never_stop_the_controller() {
     })
     .await;
 }
+
+/// Issue 39: a ConfigMap of the checkpoint's name that this controller did not write (no
+/// managed-by label) was trusted: its lines made the controller replay or skip changes. It is
+/// now ignored (the current state is the baseline), logged and counted, and replaced.
+#[tokio::test]
+async fn a_checkpoint_this_controller_did_not_write_is_not_trusted() {
+    support::with_temp_ns("foreign-checkpoint", |client, ns| async move {
+        let (c, ns) = (&client, ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        // Trusted, this line would say cm changed since it was last acted on: web would roll.
+        let planted: ConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": "reloader-fleet-checkpoint" },
+            "data": { "checkpoint": format!("C {ns} cm 0000000000000000") }
+        }))
+        .expect("configmap JSON");
+        Api::<ConfigMap>::namespaced(c.clone(), ns).create(&PostParams::default(), &planted).await.expect("plant");
+        let scope = format!("--namespaces={ns}");
+        // Ready once what the checkpoint says changed has been written.
+        let controller = support::controller::Controller::start(ns, ns, &[scope.as_str()]).await;
+        assert_eq!(support::fixtures::generation(c, ns, Kind::Deployment, "web").await, 1, "web was rolled");
+        assert_eq!(controller.metric("reloader_errors_total{type=\"checkpoint_rejected\"}").await, 1.0);
+        assert!(controller.logged("was not written by reloader-fleet"), "see {}", controller.log.display());
+        // Replaced by a checkpoint of its own, which the next start trusts.
+        wait_for("the checkpoint to be replaced", || async {
+            let cm = Api::<ConfigMap>::namespaced(c.clone(), ns).get("reloader-fleet-checkpoint").await.ok()?;
+            let labels = cm.metadata.labels.unwrap_or_default();
+            (labels.get("app.kubernetes.io/managed-by").map(String::as_str) == Some("reloader-fleet")).then_some(())
+        })
+        .await;
+        controller.stop().await;
+    })
+    .await;
+}

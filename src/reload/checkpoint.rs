@@ -7,24 +7,35 @@
 //! - A lagging checkpoint is harmless: replaying a change finds the hash already recorded on
 //!   each workload and writes nothing.
 //!
+//! # Trust
+//! The ConfigMap is read as untrusted input: one without this controller's labels (someone
+//! else's ConfigMap of that name) is not used, a line that is not an entry of a valid name and
+//! hash is skipped, and either is logged at error level and counted
+//! (`reloader_errors_total{type="checkpoint_rejected"}`). What cannot be checked is who wrote
+//! it: anyone who may write ConfigMaps in the controller's namespace can make it skip or replay
+//! changes, so that namespace is the controller's own (docs/operations.md, "Security").
+//!
 //! # Format
 //! One ConfigMap per shard, data key `checkpoint`, one line per resource:
 //! `<C|S|P> <namespace> <name> <first 16 hex characters of the hash>`. 64 bits are plenty to
 //! tell "changed" from "unchanged" and keep about 12,000 resources within the 1 MiB object limit.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use tracing::warn;
+use tracing::error;
 
+use crate::shard::{is_dns_label, is_dns_subdomain};
 use crate::watch::{DataHash, INTERNAL_LABEL, ResourceKey, ResourceKind, ResourceMap};
 
 const DATA_KEY: &str = "checkpoint";
+/// The labels every checkpoint carries: `app.kubernetes.io/managed-by`, and the internal
+/// label the watches skip.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "reloader-fleet");
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The short form of a hash kept in the checkpoint.
@@ -60,6 +71,9 @@ pub struct Checkpoint {
     /// The digest of the text last read or written: a save of the same text writes nothing
     /// (the texts themselves were 1.7 MiB at 50,000 resources).
     text: Option<DataHash>,
+    /// Why the last load used none or part of what it read (`foreign`, `unreadable`), for
+    /// the engine to count.
+    rejected: Option<&'static str>,
 }
 
 impl Checkpoint {
@@ -70,7 +84,13 @@ impl Checkpoint {
             name: name.to_string(),
             resource_version: None,
             text: None,
+            rejected: None,
         }
+    }
+
+    /// Why the last [`load`](Self::load) used none or part of what it read, if it did.
+    pub fn rejected(&self) -> Option<&'static str> {
+        self.rejected
     }
 
     fn api_error(&self, source: kube::Error) -> Error {
@@ -94,6 +114,17 @@ impl Checkpoint {
             return Ok(None);
         };
         self.resource_version = cm.metadata.resource_version.clone();
+        self.rejected = None;
+        let labels = cm.metadata.labels.as_ref();
+        if labels.and_then(|l| l.get(MANAGED_BY.0)).map(String::as_str) != Some(MANAGED_BY.1) {
+            // Not ours (a ConfigMap of the same name, made by someone else): not trusted, and
+            // replaced by the next save.
+            error!(namespace = %self.namespace, name = %self.name,
+                "the checkpoint ConfigMap was not written by reloader-fleet (it lacks the managed-by label); \
+                 ignoring it and taking the current state as baseline");
+            self.rejected = Some("foreign");
+            return Ok(None);
+        }
         let text = cm.data.as_ref().and_then(|d| d.get(DATA_KEY)).map(String::as_str).unwrap_or("");
         self.text = Some(DataHash::of_bytes(text.as_bytes()));
         let (entries, unreadable) = parse(text);
@@ -101,12 +132,14 @@ impl Checkpoint {
             // Nothing usable (edited by hand, or written by something else): taken like a first
             // start, so the current state is the baseline. Treating every resource as new
             // would reload all their workloads with --reload-on-create.
-            warn!(namespace = %self.namespace, name = %self.name, unreadable,
+            error!(namespace = %self.namespace, name = %self.name, unreadable,
                 "the checkpoint is unreadable; taking the current state as baseline");
+            self.rejected = Some("unreadable");
             return Ok(None);
         }
         if unreadable > 0 {
-            warn!(namespace = %self.namespace, name = %self.name, unreadable, "skipping unreadable checkpoint lines");
+            error!(namespace = %self.namespace, name = %self.name, unreadable, "skipping unreadable checkpoint lines");
+            self.rejected = Some("unreadable");
         }
         Ok(Some(entries))
     }
@@ -131,7 +164,7 @@ impl Checkpoint {
                     namespace: Some(self.namespace.clone()),
                     resource_version: self.resource_version.clone(),
                     labels: Some(BTreeMap::from([
-                        ("app.kubernetes.io/managed-by".to_string(), "reloader-fleet".to_string()),
+                        (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
                         (INTERNAL_LABEL.to_string(), "checkpoint".to_string()),
                     ])),
                     ..ObjectMeta::default()
@@ -176,8 +209,9 @@ fn render(entries: &ResourceMap<ShortHash>) -> String {
 }
 
 /// The entries, and how many non-empty lines did not parse (skipped: at worst a resource is
-/// treated as new).
-fn parse(text: &str) -> (HashMap<ResourceKey, ShortHash>, usize) {
+/// treated as new). A line is exactly what [`render`] writes: a kind letter, a namespace name,
+/// an object name and 16 hex digits.
+pub fn parse(text: &str) -> (HashMap<ResourceKey, ShortHash>, usize) {
     let entries = text.lines().filter(|line| !line.trim().is_empty()).filter_map(|line| {
         let mut parts = line.split(' ');
         let kind = match parts.next()? {
@@ -186,10 +220,17 @@ fn parse(text: &str) -> (HashMap<ResourceKey, ShortHash>, usize) {
             "P" => ResourceKind::SecretProviderClass,
             _ => return None,
         };
-        let namespace: Arc<str> = parts.next()?.into();
-        let name: Arc<str> = parts.next()?.into();
-        let hash = u64::from_str_radix(parts.next()?, 16).ok()?;
-        Some((ResourceKey { kind, namespace, name }, hash))
+        let (namespace, name, hash) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some()
+            || !is_dns_label(namespace)
+            || !is_dns_subdomain(name)
+            || hash.len() != 16
+            || !hash.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return None;
+        }
+        let hash = u64::from_str_radix(hash, 16).ok()?;
+        Some((ResourceKey { kind, namespace: namespace.into(), name: name.into() }, hash))
     });
     let entries = entries.collect::<Vec<_>>();
     let unreadable = text.lines().filter(|l| !l.trim().is_empty()).count() - entries.len();
@@ -215,6 +256,14 @@ mod tests {
     #[test]
     fn garbage_lines_are_skipped() {
         assert_eq!(parse("X a b 00\nC only-two\n\nC a b nothex"), (HashMap::new(), 3));
+        let bad = [
+            "C Bad_NS b 0123456789abcdef",
+            "C a ../b 0123456789abcdef",
+            "C a b 0123456789abcdef extra",
+            "C a b 0123456789abcdef0",
+            "C a b +123456789abcdef",
+        ];
+        assert_eq!(parse(&bad.join("\n")), (HashMap::new(), 5));
     }
 
     #[test]

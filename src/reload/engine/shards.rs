@@ -257,6 +257,10 @@ impl Engine {
                 return;
             }
         };
+        if let Some(why) = checkpoint.rejected() {
+            self.metrics.errors.with_label_values(&["checkpoint_rejected"]).inc();
+            debug!(shard, why, "the checkpoint was used in part or not at all");
+        }
         let first_start = loaded.is_none();
         let work = self.initial_work(shard, loaded);
         // The store read above is whole only if the shard is still held after it: while the
