@@ -278,9 +278,12 @@ async fn main() -> anyhow::Result<()> {
     } else {
         ("default".to_string(), "the default (no POD_NAMESPACE)".to_string())
     };
-    let warnings = check_places(&client, &settings, &checkpoint_namespace, &checkpoint_source).await;
+    // The first shard's checkpoint stands for all: RBAC names each (resourceNames).
+    let first_checkpoint = if shards == 1 { checkpoint_name.clone() } else { format!("{checkpoint_name}-shard-0") };
+    let warnings =
+        check_places(&client, &settings, (&checkpoint_namespace, &first_checkpoint), &checkpoint_source).await;
     for warning in &warnings {
-        warn!(%warning, "a setting points at nothing");
+        warn!(%warning, "a setting needs attention");
     }
     state.warnings.write().unwrap_or_else(|p| p.into_inner()).extend(warnings);
     let engine_config = reload::Config {
@@ -579,7 +582,7 @@ fn watched_collections(
 async fn check_places(
     client: &kube::Client,
     settings: &cli::Settings,
-    checkpoint_namespace: &str,
+    (checkpoint_namespace, checkpoint): (&str, &str),
     checkpoint_source: &str,
 ) -> Vec<String> {
     use k8s_openapi::api::core::v1::Namespace;
@@ -589,6 +592,14 @@ async fn check_places(
         async move { matches!(namespaces.get(&ns).await, Err(kube::Error::Api(s)) if s.code == 404) }
     };
     let mut warnings = Vec::new();
+    if checkpoint_namespace == "default" {
+        // Every user of a cluster may write there in many clusters, and what is written there
+        // steers this controller (its checkpoint, its Leases).
+        warnings.push(format!(
+            "the controller's own namespace is \"default\" (from {checkpoint_source}): whoever may write ConfigMaps \
+             or Leases there can make it skip changes or stop it; install it in a namespace of its own"
+        ));
+    }
     for ns in settings.scoped_namespaces.iter().flatten() {
         if missing(ns.clone()).await {
             warnings.push(format!(
@@ -601,8 +612,9 @@ async fn check_places(
         warnings.push(format!(
             "the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}) does not exist; changes made while no replica runs will be missed"
         ));
-    } else if !watch::access::may(client, "", "configmaps", "update", Some(checkpoint_namespace)).await
-        || !watch::access::may(client, "", "configmaps", "create", Some(checkpoint_namespace)).await
+    } else if !watch::access::may(client, ("", "configmaps"), "update", Some(checkpoint_namespace), Some(checkpoint))
+        .await
+        || !watch::access::may(client, ("", "configmaps"), "create", Some(checkpoint_namespace), None).await
     {
         warnings.push(format!(
             "this service account may not write ConfigMaps in the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}); changes made while no replica runs will be missed"

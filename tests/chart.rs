@@ -89,14 +89,18 @@ fn env(documents: &[Value]) -> BTreeMap<String, String> {
     out
 }
 
-/// Every rule of a Role or ClusterRole as `group/resource: verbs` lines, sorted.
+/// Every rule of a Role or ClusterRole as `group/resource: verbs` lines (`group/resource[names]:
+/// verbs` for a rule limited to named objects), sorted.
 fn rules(role: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for rule in role["rules"].as_array().into_iter().flatten() {
         let verbs: Vec<&str> = rule["verbs"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let names: Vec<&str> =
+            rule["resourceNames"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let names = if names.is_empty() { String::new() } else { format!("[{}]", names.join(",")) };
         for group in rule["apiGroups"].as_array().into_iter().flatten().filter_map(Value::as_str) {
             for resource in rule["resources"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                out.push(format!("{group}/{resource}: {}", verbs.join(",")));
+                out.push(format!("{group}/{resource}{names}: {}", verbs.join(",")));
             }
         }
     }
@@ -134,18 +138,19 @@ fn defaults_render_reloaders_cluster_wide_install() {
         vec![
             "/configmaps: list,get,watch",
             "/secrets: list,get,watch",
-            "apps/daemonsets: list,get,watch,update,patch",
-            "apps/deployments: list,get,watch,update,patch",
-            "apps/statefulsets: list,get,watch,update,patch",
+            "apps/daemonsets: list,get,watch,patch",
+            "apps/deployments: list,get,watch,patch",
+            "apps/statefulsets: list,get,watch,patch",
             "batch/cronjobs: list,get,watch,patch",
             "batch/jobs: create,delete,list,get,watch",
-            "events.k8s.io/events: create,patch,update",
-        ]
+            "events.k8s.io/events: create,patch",
+        ],
+        "no update: every workload write is a PATCH"
     );
     let binding = find(&docs, "ClusterRoleBinding", "r-reloader-role-binding").expect("ClusterRoleBinding");
     assert_eq!(binding["subjects"][0], json!({ "kind": "ServiceAccount", "name": "r-reloader", "namespace": "ops" }));
     let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
-    assert_eq!(rules(metadata), vec!["/configmaps: list,get,watch,create,update"]);
+    assert_eq!(rules(metadata), vec!["/configmaps: create", "/configmaps[reloader-fleet-checkpoint]: get,update"]);
     assert!(find(&docs, "ServiceAccount", "r-reloader").is_some());
     for kind in ["Secret", "Service", "PodDisruptionBudget", "NetworkPolicy"] {
         assert!(docs.iter().all(|d| d["kind"] != kind), "no {kind} by default");
@@ -190,6 +195,10 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
     assert!(affinity["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{affinity}");
     let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
     assert!(has_rule(metadata, "coordination.k8s.io/leases: list,watch,create,get,update,delete"));
+    let fleet = render("reloader: {enableHA: true, sharding: {shards: 3}}");
+    let metadata = find(&fleet, "Role", "r-reloader-metadata-role").expect("the metadata Role");
+    let names = "reloader-fleet-checkpoint-shard-0,reloader-fleet-checkpoint-shard-1,reloader-fleet-checkpoint-shard-2";
+    assert!(has_rule(metadata, &format!("/configmaps[{names}]: get,update")), "{:?}", rules(metadata));
     // Without HA, replicas stay 1 and no HA flag is rendered (Reloader renders --enable-ha for
     // replicas > 1 without the POD_NAME it needs).
     let docs = render("reloader: {deployment: {replicas: 3}}");
@@ -277,9 +286,9 @@ fn rbac_follows_the_features() {
     assert!(has_rule(&ignoring, "/configmaps: list,get,watch"));
     assert!(rules(&ignoring).iter().all(|r| !r.starts_with("batch/")), "{:?}", rules(&ignoring));
     assert!(has_rule(&role("reloader: {namespaceSelector: 'a=b'}"), "/namespaces: get,list,watch"));
-    assert!(has_rule(&role("reloader: {isArgoRollouts: true}"), "argoproj.io/rollouts: list,get,watch,update,patch"));
+    assert!(has_rule(&role("reloader: {isArgoRollouts: true}"), "argoproj.io/rollouts: list,get,watch,patch"));
     let openshift = role("reloader: {isOpenshift: true}");
-    assert!(has_rule(&openshift, "apps.openshift.io/deploymentconfigs: list,get,watch,update,patch"));
+    assert!(has_rule(&openshift, "apps.openshift.io/deploymentconfigs: list,get,watch,patch"));
     let csi = role("reloader: {enableCSIIntegration: true}");
     assert!(has_rule(&csi, "secrets-store.csi.x-k8s.io/secretproviderclasspodstatuses: list,get,watch"));
     assert!(has_rule(&csi, "secrets-store.csi.x-k8s.io/secretproviderclasses: list,get,watch"));
@@ -367,6 +376,60 @@ fn a_reloader_values_file_with_go_only_keys_still_renders() {
     assert!(find(&docs, "Service", "r-reloader").is_some());
     assert!(find(&docs, "NetworkPolicy", "r-reloader").is_some());
     assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"), "rendered only when the CRD is served");
+}
+
+/// Issue 39: the chart's pod passes Pod Security "restricted" by default, as the real API
+/// server's admission judges it (a server-side dry run of the rendered pod in a namespace that
+/// enforces it); the pod without the chart's container security context does not.
+#[tokio::test]
+async fn the_default_pod_passes_pod_security_restricted() {
+    use k8s_openapi::api::core::v1::Pod;
+    with_temp_ns("chart-restricted", |client, ns| async move {
+        let namespace = format!("{ns}-restricted");
+        let labels = json!({ "pod-security.kubernetes.io/enforce": "restricted" });
+        support::fixtures::create_namespace(&client, &namespace, labels).await;
+        let account: k8s_openapi::api::core::v1::ServiceAccount =
+            serde_json::from_value(json!({ "metadata": { "name": "r-reloader" } })).expect("account JSON");
+        kube::Api::namespaced(client.clone(), &namespace)
+            .create(&Default::default(), &account)
+            .await
+            .expect("the chart's ServiceAccount");
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &namespace);
+        let dry_run = |values: &'static str| {
+            let pods = pods.clone();
+            async move {
+                let docs = render(values);
+                let template = &find(&docs, "Deployment", "r-reloader").expect("Deployment")["spec"]["template"];
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": { "name": "reloader", "labels": template["metadata"]["labels"] },
+                    "spec": template["spec"],
+                }))
+                .expect("the rendered pod template is a pod");
+                pods.create(&kube::api::PostParams { dry_run: true, ..Default::default() }, &pod).await
+            }
+        };
+        let admitted = dry_run("{}").await;
+        assert!(admitted.is_ok(), "the default pod is refused: {admitted:?}");
+        let refused = dry_run("reloader: {deployment: {containerSecurityContext: null}}").await;
+        let message = refused.expect_err("a pod without the container security context is refused").to_string();
+        assert!(message.contains("restricted"), "{message}");
+        support::fixtures::delete_namespaces(&client, &[namespace]).await;
+    })
+    .await;
+}
+
+#[test]
+fn the_network_policy_admits_the_monitoring_namespaces_and_allows_dns() {
+    let docs = render("reloader: {netpol: {enabled: true}}");
+    let policy = find(&docs, "NetworkPolicy", "r-reloader").expect("NetworkPolicy");
+    let from = &policy["spec"]["ingress"][0]["from"];
+    assert_eq!(from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "monitoring", "{from}");
+    let egress = policy["spec"]["egress"].as_array().expect("egress rules");
+    let dns = egress.iter().flat_map(|r| r["ports"].as_array().into_iter().flatten()).filter(|p| p["port"] == 53);
+    assert_eq!(dns.count(), 2, "DNS over UDP and TCP: {egress:?}");
+    let docs = render("reloader: {netpol: {enabled: true, from: [{podSelector: {matchLabels: {app: prometheus}}}]}}");
+    let policy = find(&docs, "NetworkPolicy", "r-reloader").expect("NetworkPolicy");
+    assert_eq!(policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app"], "prometheus");
 }
 
 /// `helm install` into a test namespace; the release's pods become Ready on the fake nodes, and

@@ -6,7 +6,7 @@ mod support;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::Strategy;
-use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
+use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
 use serde_json::{Value, json};
 use support::controller::{Controller, start_as_pod_of};
 use support::fixtures::{Kind, KindExt, Workload, cm_hash, create_configmap, patch_configmap};
@@ -41,7 +41,7 @@ async fn apply_and_login(
 
 /// The manifest's documents, placed in namespace `ns`.
 fn documents_in(manifest: &str, ns: &str) -> Vec<Value> {
-    let text = manifest.replace("namespace: default", &format!("namespace: {ns}"));
+    let text = manifest.replace("namespace: reloader", &format!("namespace: {ns}"));
     serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML")
 }
 
@@ -94,7 +94,8 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
     with_temp_ns("manifests-namespaced", |client, ns| async move {
         let (path, cluster_scoped) = apply_and_login(&client, &ns, NAMESPACED_MANIFEST).await;
         assert!(cluster_scoped.is_empty(), "the namespaced manifest has nothing cluster-scoped");
-        let args = ["--enable-ha", "--shards=4"];
+        // As its Deployment runs it: one shard, the Lease held by one replica at a time.
+        let args = ["--enable-ha"];
         let mut replicas = Vec::new();
         for i in 1..=2 {
             let env = [("KUBERNETES_NAMESPACE", ns.as_str())];
@@ -105,7 +106,7 @@ async fn a_namespaced_role_is_enough_for_namespace_scoped_mode_with_leases() {
             for r in &replicas {
                 active += r.metric("reloader_shards_active").await;
             }
-            (active == 4.0).then_some(())
+            (active == 1.0).then_some(())
         })
         .await;
         reloads_without_forbidden_calls(&client, &ns, replicas).await;
@@ -188,9 +189,16 @@ async fn the_fleet_manifest_runs_replicas_that_share_the_shards_with_its_rbac() 
 
 /// Run the reload suite against the manifest's RBAC as given: ready within 10 s, then one
 /// ConfigMap change reloads a Deployment, makes a CronJob's Job and creates a Job again, a
-/// `Reloaded` Event is written, and the checkpoint is saved. `Err` names the first thing missing.
+/// Secret change reloads another Deployment, a `Reloaded` Event is written, and the checkpoint
+/// records that change and a second one. `Err` names the first thing missing.
 async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &SuiteRun) -> Result<(), String> {
     use std::time::Duration;
+    support::fixtures::create_secret(client, ns, "sec", &[("k", "1")]).await;
+    Workload::new(Kind::Deployment, "vault")
+        .auto()
+        .container(json!({ "name": "app", "envFrom": [{ "secretRef": { "name": "sec" } }] }))
+        .create(client, ns)
+        .await;
     Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("cm").create(client, ns).await;
     Workload::new(Kind::Job, "batch").auto().env_from_configmap("cm").create(client, ns).await;
     let job_uid = support::fixtures::workload_json(client, ns, Kind::Job, "batch").await["metadata"]["uid"].clone();
@@ -202,18 +210,22 @@ async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &S
         .ok_or("not ready within 10 s (a watch or the checkpoint read was refused)")?;
     let outcome = async {
         let ready = tokio::time::Instant::now();
-        while controller.metric("reloader_store_objects{kind=\"workloads\"}").await < 3.0 {
+        while controller.metric("reloader_store_objects{kind=\"workloads\"}").await < 4.0 {
             if ready.elapsed() > Duration::from_secs(10) {
                 return Err("the workloads were not stored".to_string());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        support::fixtures::patch_secret(client, ns, "sec", json!({ "stringData": { "k": "2" } })).await;
         let ctx = Ctx::new(client.clone(), ns.to_string(), Strategy::EnvVars);
         let hash = cm_hash(&[("k", "2")]);
+        let secret_hash = support::fixtures::secret_hash(&[("k", "2")]);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {
             let web = ctx.recorded(Kind::Deployment, "web", Cm, "cm").await.as_deref() == Some(hash.as_str());
+            let vault =
+                ctx.recorded(Kind::Deployment, "vault", Secret, "sec").await.as_deref() == Some(secret_hash.as_str());
             let job = support::fixtures::workload_json_opt(client, ns, Kind::Job, "batch").await;
             let recreated = job.as_ref().is_some_and(|j| j["metadata"]["uid"] != job_uid);
             let jobs = Kind::Job.api(client, ns).list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
@@ -222,32 +234,50 @@ async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &S
                 .await
                 .map(|l| l.items.iter().any(|e| e.reason.as_deref() == Some("Reloaded")))
                 .unwrap_or(false);
-            if web && recreated && jobs >= 2 && events {
-                return Ok(());
+            if web && vault && recreated && jobs >= 2 && events {
+                break;
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(format!(
-                    "after a change: Deployment reloaded {web}, Job created again {recreated}, CronJob's Job {}, Reloaded Event {events}",
+                    "after a change: Deployment reloaded {web}, for a Secret {vault}, Job created again {recreated}, \
+                     CronJob's Job {}, Reloaded Event {events}",
                     jobs >= 2
                 ));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // The checkpoint records the change, and then a second one: created, then replaced.
+        for value in ["2", "3"] {
+            if value == "3" {
+                patch_configmap(client, ns, "cm", json!({ "data": { "k": value } })).await;
+            }
+            let entry = format!(" cm {}", &cm_hash(&[("k", value)])[..16]);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !checkpoint_has(client, ns, &entry).await {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("the checkpoint was not saved with change k={value}"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
     }
     .await;
     controller.stop().await;
-    outcome?;
-    // One checkpoint, or one per shard: the one of the namespace's shard names the ConfigMap.
+    outcome
+}
+
+/// Whether a checkpoint in `ns` (one, or one per shard) has a line containing `entry`.
+async fn checkpoint_has(client: &Client, ns: &str, entry: &str) -> bool {
     let checkpoints = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
         .list(&Default::default())
         .await
         .map(|l| l.items)
         .unwrap_or_default();
-    let saved = checkpoints.iter().any(|cm| {
+    checkpoints.iter().any(|cm| {
         cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint"))
-            && cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(" cm ")))
-    });
-    if saved { Ok(()) } else { Err("the checkpoint was not saved".to_string()) }
+            && cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(entry)))
+    })
 }
 
 /// Arguments and environment variables of a controller run.

@@ -67,7 +67,8 @@ pub async fn forbidden(client: &Client, wanted: &[Collection], namespaces: Optio
     match namespaces {
         None => {
             let checks = wanted.iter().map(|c| async move {
-                let allowed = stream::iter(WATCH_VERBS).all(|verb| may(client, c.group, c.plural, verb, None)).await;
+                let allowed =
+                    stream::iter(WATCH_VERBS).all(|verb| may(client, (c.group, c.plural), verb, None, None)).await;
                 (!allowed).then(|| Forbidden { collection: c.clone(), namespaces: Vec::new() })
             });
             stream::iter(checks).buffered(CONCURRENT_REVIEWS).filter_map(|f| async move { f }).collect().await
@@ -93,9 +94,16 @@ pub async fn forbidden(client: &Client, wanted: &[Collection], namespaces: Optio
     }
 }
 
-/// Whether this client may `verb` `plural` of `group` (in `namespace`, or everywhere): a
-/// SelfSubjectAccessReview, which any authenticated user may create. An error counts as no.
-pub async fn may(client: &Client, group: &str, plural: &str, verb: &str, namespace: Option<&str>) -> bool {
+/// Whether this client may `verb` `plural` of `group` (in `namespace`, or everywhere; the object
+/// `name`, or every object): a SelfSubjectAccessReview, which any authenticated user may
+/// create. An error counts as no.
+pub async fn may(
+    client: &Client,
+    (group, plural): (&str, &str),
+    verb: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -104,6 +112,7 @@ pub async fn may(client: &Client, group: &str, plural: &str, verb: &str, namespa
                 resource: Some(plural.to_string()),
                 verb: Some(verb.to_string()),
                 namespace: namespace.map(str::to_string),
+                name: name.map(str::to_string),
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()

@@ -98,16 +98,16 @@ Events. Namespaces are added for the ClusterRole only.
 {{- if $v.isOpenshift }}
 - apiGroups: [apps.openshift.io]
   resources: [deploymentconfigs]
-  verbs: [list, get, watch, update, patch]
+  verbs: [list, get, watch, patch]
 {{- end }}
 {{- if $v.isArgoRollouts }}
 - apiGroups: [argoproj.io]
   resources: [rollouts]
-  verbs: [list, get, watch, update, patch]
+  verbs: [list, get, watch, patch]
 {{- end }}
 - apiGroups: [apps]
   resources: [deployments, daemonsets, statefulsets]
-  verbs: [list, get, watch, update, patch]
+  verbs: [list, get, watch, patch]
 {{- if not $v.ignoreCronJobs }}
 - apiGroups: [batch]
   resources: [cronjobs]
@@ -125,7 +125,19 @@ Events. Namespaces are added for the ClusterRole only.
 {{- end }}
 - apiGroups: [events.k8s.io]
   resources: [events]
-  verbs: [create, patch, update]
+  verbs: [create, patch]
+{{- end -}}
+
+{{/* The checkpoint ConfigMaps' names, one per shard, as a YAML list (the RBAC names each). */}}
+{{- define "reloader-checkpoint-names" -}}
+{{- $shards := int .Values.reloader.sharding.shards -}}
+{{- if le $shards 1 }}
+- reloader-fleet-checkpoint
+{{- else }}
+{{- range $shard := until $shards }}
+- reloader-fleet-checkpoint-shard-{{ $shard }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The container's environment, as Reloader's chart renders it for the same values. */}}
