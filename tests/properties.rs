@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use reloader_fleet::reload::duration::GoDuration;
-use reloader_fleet::reload::{Keys, Options, Rules, env_var_name, parse_go_duration};
+use reloader_fleet::reload::{Keys, Options, Rules, env_var_name, parse_checkpoint, parse_go_duration};
 use reloader_fleet::shard::{LabelSelector, Placement, Ring};
 use reloader_fleet::watch::{Annotations, DataHash, PodTemplate, ResourceKind, ResourceState};
 
@@ -187,6 +187,37 @@ proptest! {
             let served = ranges.iter().any(|(start, end)| !hex_less(&hash, start) && hex_less(&hash, end));
             prop_assert_eq!(served, owned.contains(&ring.shard_of(name)), "{} in {:?}", name, owned);
         }
+    }
+
+    /// The checkpoint ConfigMap is untrusted: any text is entries and unreadable lines, never a
+    /// panic; a rendered line of a valid name and hash reads back as itself.
+    #[test]
+    fn checkpoint_text_is_entries_or_unreadable_lines(text in any::<String>()) {
+        let (entries, unreadable) = parse_checkpoint(&text);
+        let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
+        prop_assert!(entries.len() + unreadable <= lines);
+    }
+
+    #[test]
+    fn checkpoint_lines_of_valid_names_read_back(
+        ns in "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?",
+        name in "[a-z0-9]([a-z0-9.-]{0,30}[a-z0-9])?",
+        hash in any::<u64>(),
+    ) {
+        prop_assume!(!name.contains("..") && !name.contains(".-") && !name.contains("-."));
+        let (entries, unreadable) = parse_checkpoint(&format!("S {ns} {name} {hash:016x}"));
+        prop_assert_eq!(unreadable, 0);
+        prop_assert_eq!(entries.values().copied().collect::<Vec<_>>(), vec![hash]);
+    }
+
+    /// A Lease's annotations are untrusted: a ring only from a fingerprint, no shard beyond the
+    /// largest count.
+    #[test]
+    fn lease_annotations_never_name_a_ring_or_shard_that_cannot_be(text in "[a-z0-9=,-]{0,40}") {
+        if Ring::from_fingerprint(&text).is_some() {
+            prop_assert!(reloader_fleet::shard::is_fingerprint(&text), "{}", text);
+        }
+        prop_assert!(reloader_fleet::lease::parse_shards(&text).iter().all(|s| *s < reloader_fleet::shard::MAX_SHARDS));
     }
 
     #[test]

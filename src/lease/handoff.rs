@@ -51,9 +51,10 @@ pub(super) fn format_shards(shards: &BTreeSet<u32>) -> String {
     shards.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// Shards written by [`format_shards`]; anything else in the list is ignored.
-fn parse_shards(text: &str) -> BTreeSet<u32> {
-    text.split(',').filter_map(|s| s.trim().parse().ok()).collect()
+/// Shards written by [`format_shards`]; anything else in the list, and any number past the
+/// largest shard count, is ignored (an annotation is untrusted input).
+pub fn parse_shards(text: &str) -> BTreeSet<u32> {
+    text.split(',').filter_map(|s| s.trim().parse().ok()).filter(|s| *s < crate::shard::MAX_SHARDS).collect()
 }
 
 /// What a watch of the fleet's Leases saw that a round should act on at once.

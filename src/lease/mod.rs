@@ -14,7 +14,7 @@ mod metrics;
 mod revision;
 
 pub use assignment::assign;
-pub use handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION};
+pub use handoff::{LEAVING_ANNOTATION, WARM_ANNOTATION, parse_shards};
 pub use manager::{Config, Error, FLEET_LABEL, Ownership, RING_ANNOTATION, ROLE_LABEL, ShardState, ShardStatus, spawn};
 pub use metrics::Metrics;
 pub(crate) use revision::revision;

@@ -20,6 +20,7 @@ mod webhook;
 mod write;
 
 pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender as run_alert_sender};
+pub use checkpoint::parse as parse_checkpoint;
 pub use duration::{DurationError, parse_go_duration};
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;

@@ -220,6 +220,9 @@ impl Ring {
 
     /// The ring a fingerprint describes (as Leases record it), if it is one.
     pub fn from_fingerprint(fingerprint: &str) -> Option<Ring> {
+        if !is_fingerprint(fingerprint) {
+            return None;
+        }
         let shards = fingerprint.split(',').find_map(|part| part.strip_prefix("shards="))?.parse().ok()?;
         let placement = if fingerprint.split(',').any(|part| part == FNV_RANGES_ALGORITHM) {
             Placement::FnvRanges
