@@ -9,6 +9,7 @@
 //! flight). `annotations` changes only an annotation of each ConfigMap (S4, no-op): nothing may
 //! be rolled, and the driver counts the Deployment writes it observes instead of timing them.
 
+mod churn;
 mod fanout;
 
 use std::collections::HashMap;
@@ -73,6 +74,12 @@ async fn main() -> anyhow::Result<()> {
         let namespaces: usize = args.get(2).context("usage: loadtest soak <namespaces> <minutes>")?.parse()?;
         let minutes: u64 = args.get(3).context("usage: loadtest soak <namespaces> <minutes>")?.parse()?;
         return soak(namespaces, minutes).await;
+    }
+    if args.get(1).map(String::as_str) == Some("churn") {
+        let usage = "usage: loadtest churn <namespaces> <per wave>";
+        let total: usize = args.get(2).context(usage)?.parse()?;
+        let per_wave: usize = args.get(3).context(usage)?.parse()?;
+        return churn::churn(total, per_wave).await;
     }
     if args.get(1).map(String::as_str) == Some("fanout") {
         let usage = "usage: loadtest fanout <deployments> <updates> <replicas> [reloader args...]";
@@ -234,11 +241,7 @@ async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let listed = namespaces.list_metadata(&ListParams::default().labels(&format!("{LABEL}=1"))).await?.items;
     let existing = listed.iter().filter(|n| n.metadata.name.as_deref() != Some(FANOUT)).count();
-    if namespaces.get_opt(HOME).await?.is_none() {
-        namespaces
-            .create(&PostParams::default(), &serde_json::from_value(json!({ "metadata": { "name": HOME } }))?)
-            .await?;
-    }
+    create_home(client).await?;
     futures::stream::iter(existing..count)
         .map(|i| {
             let client = client.clone();
@@ -248,6 +251,17 @@ async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
         .try_collect::<Vec<()>>()
         .await?;
     println!("{count} namespaces ready ({} created in {:.0?})", count.saturating_sub(existing), started.elapsed());
+    Ok(())
+}
+
+/// The replicas' own namespace (checkpoints, Leases), if missing.
+async fn create_home(client: &Client) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(HOME).await?.is_none() {
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(json!({ "metadata": { "name": HOME } }))?)
+            .await?;
+    }
     Ok(())
 }
 
@@ -321,6 +335,8 @@ async fn start_one_with(
             "scoped" => {
                 args.push(format!("--namespaces={}", (0..namespaces).map(ns_name).collect::<Vec<_>>().join(",")))
             }
+            // The scenario selects its own namespaces (`extra`).
+            "churn" => {}
             // Cluster-wide watches the API server filters by shard (ShardedListAndWatch).
             "server" => args.extend([format!("--namespace-selector={LABEL}=1"), "--shard-placement=fnv-ranges".into()]),
             _ => args.push(format!("--namespace-selector={LABEL}=1")),
