@@ -129,7 +129,8 @@ fn defaults_render_reloaders_cluster_wide_install() {
     let deployment = find(&docs, "Deployment", "r-reloader").expect("Deployment");
     assert_eq!(deployment["spec"]["replicas"], 1);
     assert_eq!(deployment["spec"]["selector"]["matchLabels"], json!({ "app": "r-reloader", "release": "r" }));
-    assert_eq!(container(&docs)["image"], "reloader-fleet:0.1.0");
+    assert_eq!(container(&docs)["image"], format!("reloader-fleet/reloader:{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(container(&docs)["imagePullPolicy"], "IfNotPresent");
     assert_eq!(container(&docs)["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container(&docs)["livenessProbe"]["httpGet"]["path"], "/live");
     let role = find(&docs, "ClusterRole", "r-reloader-role").expect("ClusterRole");
@@ -155,6 +156,13 @@ fn defaults_render_reloaders_cluster_wide_install() {
     for kind in ["Secret", "Service", "PodDisruptionBudget", "NetworkPolicy"] {
         assert!(docs.iter().all(|d| d["kind"] != kind), "no {kind} by default");
     }
+}
+
+/// The default image is the binary's own version: the chart's appVersion is the crate's.
+#[test]
+fn the_charts_app_version_is_the_binarys_version() {
+    let chart: Value = serde_saphyr::from_str(include_str!("../charts/reloader/Chart.yaml")).expect("Chart.yaml");
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "bump charts/reloader/Chart.yaml with Cargo.toml");
 }
 
 #[test]

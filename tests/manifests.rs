@@ -3,74 +3,37 @@
 
 mod support;
 
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use futures::future::BoxFuture;
+use kube::api::{DeleteParams, DynamicObject};
 use kube::{Api, Client};
 use reloader_fleet::reload::Strategy;
-use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
+use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
 use support::controller::{Controller, start_as_pod_of};
-use support::fixtures::{Kind, KindExt, Workload, cm_hash, create_configmap, patch_configmap};
+use support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
 use support::scenario::{Ctx, wait_stored};
+use support::suite::{self, Login, SuiteRun};
 use support::with_temp_ns;
 
 const MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader.yaml");
 const NAMESPACED_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-namespaced.yaml");
 const FLEET_MANIFEST: &str = include_str!("../deployments/kubernetes/manifests/reloader-fleet.yaml");
 
-fn api_for(client: &Client, object: &DynamicObject, ns: &str) -> Api<DynamicObject> {
-    let types = object.types.as_ref().expect("every document has apiVersion and kind");
-    let (group, version) = types.api_version.split_once('/').unwrap_or(("", &types.api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind));
-    match types.kind.as_str() {
-        "ClusterRole" | "ClusterRoleBinding" => Api::all_with(client.clone(), &resource),
-        _ => Api::namespaced_with(client.clone(), ns, &resource),
-    }
-}
-
-/// Apply a manifest into `ns` (cluster-scoped names get `ns` as suffix; the Deployment is a
-/// server-side dry run), create ConfigMap `cm` (`k=1`) and an auto Deployment `web` using it,
-/// then write a kubeconfig with the ServiceAccount's token. Returns the kubeconfig and the
-/// cluster-scoped objects to delete afterwards.
+/// Apply a manifest into `ns` (see [`suite::apply_and_login`]) and log in as its
+/// ServiceAccount. Returns the kubeconfig and the cluster-scoped objects to delete afterwards.
 async fn apply_and_login(
     client: &Client,
     ns: &str,
     manifest: &str,
 ) -> (std::path::PathBuf, Vec<(Api<DynamicObject>, String)>) {
-    apply_documents_and_login(client, ns, documents_in(manifest, ns)).await
+    let (login, cluster_scoped) = suite::apply_and_login(client, ns, documents_in(manifest, ns), SERVICE_ACCOUNT).await;
+    (login.kubeconfig, cluster_scoped)
 }
 
 /// The manifest's documents, placed in namespace `ns`.
 fn documents_in(manifest: &str, ns: &str) -> Vec<Value> {
     let text = manifest.replace("namespace: reloader", &format!("namespace: {ns}"));
     serde_saphyr::from_multiple(&text).expect("the manifest is valid YAML")
-}
-
-async fn apply_documents_and_login(
-    client: &Client,
-    ns: &str,
-    documents: Vec<Value>,
-) -> (std::path::PathBuf, Vec<(Api<DynamicObject>, String)>) {
-    let mut cluster_scoped = Vec::new();
-    for mut document in documents {
-        if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
-            let name = format!("{}-{ns}", document["metadata"]["name"].as_str().unwrap_or_default());
-            document["metadata"]["name"] = json!(name);
-        }
-        if document["kind"] == "ClusterRoleBinding" {
-            document["roleRef"]["name"] = json!(format!("reloader-reloader-role-{ns}"));
-        }
-        let object: DynamicObject = serde_json::from_value(document.clone()).expect("a Kubernetes object");
-        let api = api_for(client, &object, ns);
-        // The Deployment's image cannot run here: validate it with a server-side dry run.
-        let params = PostParams { dry_run: document["kind"] == "Deployment", ..PostParams::default() };
-        api.create(&params, &object).await.unwrap_or_else(|e| panic!("apply {}: {e}", document["kind"]));
-        if matches!(document["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding")) {
-            cluster_scoped.push((api, object.metadata.name.clone().unwrap_or_default()));
-        }
-    }
-    create_configmap(client, ns, "cm", &[("k", "1")]).await;
-    Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(client, ns).await;
-    (support::login_as(client, ns, "reloader-reloader").await, cluster_scoped)
 }
 
 #[tokio::test]
@@ -125,7 +88,8 @@ async fn a_kind_the_rbac_leaves_out_is_dropped_and_the_rest_reloads() {
             let rules = doc["rules"].as_array_mut().expect("rules");
             rules.retain(|r| !r["resources"].as_array().is_some_and(|l| l.iter().any(|x| x == "cronjobs")));
         }
-        let (path, cluster_scoped) = apply_documents_and_login(&client, &ns, docs).await;
+        let (login, cluster_scoped) = suite::apply_and_login(&client, &ns, docs, SERVICE_ACCOUNT).await;
+        let path = login.kubeconfig;
         let selector = format!("--namespace-selector={}=manifests-degrade", support::TEST_LABEL);
         let controller = Controller::start_with_kubeconfig(&ns, &ns, &[selector.as_str()], &path).await;
         let readyz = controller.get("/readyz").await;
@@ -187,196 +151,73 @@ async fn the_fleet_manifest_runs_replicas_that_share_the_shards_with_its_rbac() 
     .await;
 }
 
-/// Run the reload suite against the manifest's RBAC as given: ready within 10 s, then one
-/// ConfigMap change reloads a Deployment, makes a CronJob's Job and creates a Job again, a
-/// Secret change reloads another Deployment, a `Reloaded` Event is written, and the checkpoint
-/// records that change and a second one. `Err` names the first thing missing.
-async fn reload_suite(client: &Client, ns: &str, path: &std::path::Path, run: &SuiteRun) -> Result<(), String> {
-    use std::time::Duration;
-    support::fixtures::create_secret(client, ns, "sec", &[("k", "1")]).await;
-    Workload::new(Kind::Deployment, "vault")
-        .auto()
-        .container(json!({ "name": "app", "envFrom": [{ "secretRef": { "name": "sec" } }] }))
-        .create(client, ns)
-        .await;
-    Workload::new(Kind::CronJob, "nightly").auto().env_from_configmap("cm").create(client, ns).await;
-    Workload::new(Kind::Job, "batch").auto().env_from_configmap("cm").create(client, ns).await;
-    let job_uid = support::fixtures::workload_json(client, ns, Kind::Job, "batch").await["metadata"]["uid"].clone();
-    let (args, env) = (run.args)(ns);
-    let args: Vec<&str> = args.iter().map(String::as_str).chain(["--is-openshift=false"]).collect();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let controller = Controller::try_start(&format!("{ns}-suite"), ns, &args, &env, path, Duration::from_secs(10))
-        .await
-        .ok_or("not ready within 10 s (a watch or the checkpoint read was refused)")?;
-    let outcome = async {
-        let ready = tokio::time::Instant::now();
-        while controller.metric("reloader_store_objects{kind=\"workloads\"}").await < 4.0 {
-            if ready.elapsed() > Duration::from_secs(10) {
-                return Err("the workloads were not stored".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        patch_configmap(client, ns, "cm", json!({ "data": { "k": "2" } })).await;
-        support::fixtures::patch_secret(client, ns, "sec", json!({ "stringData": { "k": "2" } })).await;
-        let ctx = Ctx::new(client.clone(), ns.to_string(), Strategy::EnvVars);
-        let hash = cm_hash(&[("k", "2")]);
-        let secret_hash = support::fixtures::secret_hash(&[("k", "2")]);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            let web = ctx.recorded(Kind::Deployment, "web", Cm, "cm").await.as_deref() == Some(hash.as_str());
-            let vault =
-                ctx.recorded(Kind::Deployment, "vault", Secret, "sec").await.as_deref() == Some(secret_hash.as_str());
-            let job = support::fixtures::workload_json_opt(client, ns, Kind::Job, "batch").await;
-            let recreated = job.as_ref().is_some_and(|j| j["metadata"]["uid"] != job_uid);
-            let jobs = Kind::Job.api(client, ns).list(&Default::default()).await.map(|l| l.items.len()).unwrap_or(0);
-            let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
-                .list(&Default::default())
-                .await
-                .map(|l| l.items.iter().any(|e| e.reason.as_deref() == Some("Reloaded")))
-                .unwrap_or(false);
-            if web && vault && recreated && jobs >= 2 && events {
-                break;
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!(
-                    "after a change: Deployment reloaded {web}, for a Secret {vault}, Job created again {recreated}, \
-                     CronJob's Job {}, Reloaded Event {events}",
-                    jobs >= 2
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        // The checkpoint records the change, and then a second one: created, then replaced.
-        for value in ["2", "3"] {
-            if value == "3" {
-                patch_configmap(client, ns, "cm", json!({ "data": { "k": value } })).await;
-            }
-            let entry = format!(" cm {}", &cm_hash(&[("k", value)])[..16]);
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while !checkpoint_has(client, ns, &entry).await {
-                if tokio::time::Instant::now() > deadline {
-                    return Err(format!("the checkpoint was not saved with change k={value}"));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
-    }
-    .await;
-    controller.stop().await;
-    outcome
-}
+/// The ServiceAccount every manifest creates.
+const SERVICE_ACCOUNT: &str = "reloader-reloader";
 
-/// Whether a checkpoint in `ns` (one, or one per shard) has a line containing `entry`.
-async fn checkpoint_has(client: &Client, ns: &str, entry: &str) -> bool {
-    let checkpoints = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
-        .list(&Default::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    checkpoints.iter().any(|cm| {
-        cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint"))
-            && cm.data.as_ref().is_some_and(|d| d.get("checkpoint").is_some_and(|t| t.contains(entry)))
+/// Start the controller with `args` and `env` (plus `--is-openshift=false`) and the login's
+/// kubeconfig; `None` when it is not ready within 10 s.
+fn start_with(
+    ns: String,
+    login: Login,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+) -> BoxFuture<'static, Option<Controller>> {
+    Box::pin(async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).chain(["--is-openshift=false"]).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let within = std::time::Duration::from_secs(10);
+        Controller::try_start(&format!("{ns}-suite"), &ns, &args, &env, &login.kubeconfig, within).await
     })
-}
-
-/// Arguments and environment variables of a controller run.
-type Invocation = (Vec<String>, Vec<(String, String)>);
-
-/// How the reload suite runs the controller for one manifest: its arguments and environment
-/// for the test namespace.
-struct SuiteRun {
-    manifest: &'static str,
-    /// The test namespaces' name prefix, also their test label: each run's own, so that a
-    /// run selecting namespaces by that label never acts on another run's (they run at once).
-    prefix: &'static str,
-    args: fn(&str) -> Invocation,
 }
 
 /// The cluster-wide manifest, selecting the suite's namespace by its test label.
 const CLUSTER_WIDE: SuiteRun = SuiteRun {
-    manifest: MANIFEST,
     prefix: "manifests-rules",
-    args: |_| (vec![format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL)], vec![]),
+    documents: |ns| documents_in(MANIFEST, ns),
+    service_account: |_| SERVICE_ACCOUNT.to_string(),
+    start: |ns, login| {
+        start_with(ns, login, vec![format!("--namespace-selector={}=manifests-rules", support::TEST_LABEL)], vec![])
+    },
 };
 
 /// The namespaced manifest as its Deployment runs it: one namespace, leader election.
 const NAMESPACED: SuiteRun = SuiteRun {
-    manifest: NAMESPACED_MANIFEST,
     prefix: "manifests-rules-ns",
-    args: |ns| (vec!["--enable-ha".into()], vec![("KUBERNETES_NAMESPACE".into(), ns.to_string())]),
+    documents: |ns| documents_in(NAMESPACED_MANIFEST, ns),
+    service_account: |_| SERVICE_ACCOUNT.to_string(),
+    start: |ns, login| {
+        let env = vec![("KUBERNETES_NAMESPACE".to_string(), ns.clone())];
+        start_with(ns, login, vec!["--enable-ha".into()], env)
+    },
 };
 
 /// The fleet manifest as its Deployment runs it (16 shards), selecting the suite's namespace.
 const FLEET: SuiteRun = SuiteRun {
-    manifest: FLEET_MANIFEST,
     prefix: "manifests-rules-fleet",
-    args: |_| {
+    documents: |ns| documents_in(FLEET_MANIFEST, ns),
+    service_account: |_| SERVICE_ACCOUNT.to_string(),
+    start: |ns, login| {
         let selector = format!("--namespace-selector={}=manifests-rules-fleet", support::TEST_LABEL);
-        (vec![selector, "--enable-ha".into(), "--shards=16".into()], vec![])
+        start_with(ns, login, vec![selector, "--enable-ha".into(), "--shards=16".into()], vec![])
     },
 };
 
 /// Each RBAC rule of the cluster-wide manifest is needed: without it, the reload suite fails.
 #[tokio::test]
 async fn every_rule_of_the_manifest_is_needed_by_the_reload_suite() {
-    every_rule_is_needed(&CLUSTER_WIDE).await;
+    suite::every_rule_is_needed(&CLUSTER_WIDE).await;
 }
 
 /// The same for the namespaced manifest (a Role only, leader election).
 #[tokio::test]
 async fn every_rule_of_the_namespaced_manifest_is_needed_by_the_reload_suite() {
-    every_rule_is_needed(&NAMESPACED).await;
+    suite::every_rule_is_needed(&NAMESPACED).await;
 }
 
 /// The same for the fleet manifest (16 shards, Leases).
 #[tokio::test]
 async fn every_rule_of_the_fleet_manifest_is_needed_by_the_reload_suite() {
-    every_rule_is_needed(&FLEET).await;
-}
-
-async fn every_rule_is_needed(run: &SuiteRun) {
-    let rules_of = |docs: &[Value]| -> Vec<(usize, usize)> {
-        docs.iter()
-            .enumerate()
-            .filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
-            .flat_map(|(i, d)| (0..d["rules"].as_array().map(Vec::len).unwrap_or(0)).map(move |r| (i, r)))
-            .collect()
-    };
-    let rule_count = rules_of(&documents_in(run.manifest, "x")).len();
-    let mut report = Vec::new();
-    // First the whole manifest (the suite passes), then each rule taken away in turn.
-    for removed in std::iter::once(None).chain((0..rule_count).map(Some)) {
-        with_temp_ns(run.prefix, |client, ns| {
-            let report = &mut report;
-            async move {
-                let mut docs = documents_in(run.manifest, &ns);
-                let mut what = "nothing".to_string();
-                if let Some(index) = removed {
-                    let (doc, rule) = rules_of(&docs)[index];
-                    let taken = docs[doc]["rules"].as_array_mut().expect("rules").remove(rule);
-                    what = format!("{} rule {}", docs[doc]["kind"].as_str().unwrap_or_default(), taken);
-                }
-                let (path, cluster_scoped) = apply_documents_and_login(&client, &ns, docs).await;
-                let result = reload_suite(&client, &ns, &path, run).await;
-                for (api, name) in cluster_scoped {
-                    let _ = api.delete(&name, &DeleteParams::default()).await;
-                }
-                println!(
-                    "without {what}: {}",
-                    match &result {
-                        Ok(()) => "the suite passes".to_string(),
-                        Err(e) => format!("fails: {e}"),
-                    }
-                );
-                report.push((removed, what, result));
-            }
-        })
-        .await;
-    }
-    assert!(report[0].2.is_ok(), "the whole manifest must pass the suite: {:?}", report[0].2);
-    let unneeded: Vec<&String> = report[1..].iter().filter(|(_, _, r)| r.is_ok()).map(|(_, what, _)| what).collect();
-    assert!(unneeded.is_empty(), "rules nothing needs (remove them from the manifest): {unneeded:#?}");
+    suite::every_rule_is_needed(&FLEET).await;
 }
 
 /// `kubectl apply -k` of an overlay of the kustomize base (its namespace set, names suffixed so

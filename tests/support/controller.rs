@@ -99,6 +99,26 @@ impl Controller {
         Controller { child: Some(child), port: 0, log, log_start }
     }
 
+    /// Run `command` (a controller started some other way: an image's entrypoint) with its
+    /// output in `target/test-logs/<name>.log`, and wait at most `within` for readiness;
+    /// `None` if it did not become ready (it is then stopped).
+    pub async fn try_start_command(name: &str, mut command: Command, within: Duration) -> Option<Controller> {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-logs");
+        std::fs::create_dir_all(&dir).expect("create the test log folder");
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open the controller log");
+        let log_start = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let err = file.try_clone().expect("clone the log handle");
+        let child = command
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the controller's command");
+        let mut controller = Controller { child: Some(child), port: 0, log, log_start };
+        controller.wait_ready(within).await.ok().map(|()| controller)
+    }
+
     async fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
         let log = self.log.clone();
         let child = self.child.as_mut().expect("running");

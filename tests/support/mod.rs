@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod proxy;
 pub mod receiver;
 pub mod scenario;
+pub mod suite;
 pub mod throttle;
 
 use std::future::Future;
@@ -134,19 +135,28 @@ fn random_suffix() -> String {
 /// A kubeconfig (written under the test target folder) that authenticates as ServiceAccount
 /// `name` of `ns` with a token of its own: what the controller runs as in a pod.
 pub async fn login_as(client: &Client, ns: &str, name: &str) -> PathBuf {
+    kubeconfig_with_token(ns, name, &token_for(client, ns, name).await)
+}
+
+/// A token for ServiceAccount `name` of `ns` (TokenRequest, an hour), as the kubelet mounts one.
+pub async fn token_for(client: &Client, ns: &str, name: &str) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;
     use k8s_openapi::api::core::v1::ServiceAccount;
     let request: TokenRequest =
         serde_json::from_value(serde_json::json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
             .expect("token request JSON");
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .create_token_request(name, &PostParams::default(), &request)
         .await
         .expect("a token for the ServiceAccount")
         .status
         .expect("token status")
         .token
-        .expect("a token in the status");
+        .expect("a token in the status")
+}
+
+/// A kubeconfig for the local control plane that authenticates with `token`.
+pub fn kubeconfig_with_token(ns: &str, name: &str, token: &str) -> PathBuf {
     let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
     let cluster = admin.clusters[0].cluster.as_ref().expect("a cluster entry");
     let kubeconfig = serde_json::json!({
