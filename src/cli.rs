@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use reloader_fleet::reload::duration::{COALESCE_WINDOW_MAX, LEADER_ELECTION_MAX};
+use reloader_fleet::reload::duration::{COALESCE_WINDOW_MAX, GoDuration, LEADER_ELECTION_MAX};
 use reloader_fleet::reload::{AlertConfig, Keys, Sink, Strategy, parse_go_duration};
 use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
 use reloader_fleet::watch::WorkloadKind;
@@ -584,6 +584,58 @@ impl Args {
             webhook_url,
             pprof_addr,
             admin_addr,
+        })
+    }
+}
+
+impl Args {
+    /// The effective options under the JSON keys of Reloader v1's `reloader-meta-info`
+    /// (`reloaderOptions`), for tooling that reads them.
+    pub fn meta_options(&self) -> serde_json::Value {
+        let list = |items: &[String]| -> Vec<String> {
+            items.iter().map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect()
+        };
+        let is = |value: &str| value == "true";
+        serde_json::json!({
+            "autoReloadAll": self.auto_reload_all,
+            "configmapUpdateOnChangeAnnotation": self.configmap_annotation,
+            "secretUpdateOnChangeAnnotation": self.secret_annotation,
+            "secretProviderClassUpdateOnChangeAnnotation": self.secretproviderclass_annotation,
+            "reloaderAutoAnnotation": self.auto_annotation,
+            "ignoreResourceAnnotation": self.ignore_annotation,
+            "configmapReloaderAutoAnnotation": self.configmap_auto_annotation,
+            "secretReloaderAutoAnnotation": self.secret_auto_annotation,
+            "secretProviderClassReloaderAutoAnnotation": self.secretproviderclass_auto_annotation,
+            "configmapExcludeReloaderAnnotation": self.configmap_exclude_annotation,
+            "secretExcludeReloaderAnnotation": self.secret_exclude_annotation,
+            "secretProviderClassExcludeReloaderAnnotation": self.secretproviderclass_exclude_annotation,
+            "autoSearchAnnotation": self.auto_search_annotation,
+            "searchMatchAnnotation": self.search_match_annotation,
+            "rolloutStrategyAnnotation": reloader_fleet::reload::ROLLOUT_STRATEGY,
+            "pauseDeploymentAnnotation": self.pause_deployment_annotation,
+            "pauseDeploymentTimeAnnotation": self.pause_deployment_time_annotation,
+            "logFormat": self.log_format,
+            "logLevel": self.log_level,
+            "isArgoRollouts": is(&self.is_argo_rollouts),
+            "reloadStrategy": self.reload_strategy.to_string(),
+            "reloadOnCreate": is(&self.reload_on_create),
+            "reloadOnDelete": is(&self.reload_on_delete),
+            "syncAfterRestart": self.sync_after_restart,
+            "enableHA": self.enable_ha,
+            "leaderElectionLeaseDuration": GoDuration(self.leader_election_lease_duration).to_string(),
+            "leaderElectionRenewDeadline": GoDuration(self.leader_election_renew_deadline).to_string(),
+            "leaderElectionRetryPeriod": GoDuration(self.leader_election_retry_period).to_string(),
+            "enableCSIIntegration": self.enable_csi_integration,
+            // The origin only: a webhook URL may carry a token in its path, and the ConfigMap
+            // is readable by anyone who may read ConfigMaps in the namespace.
+            "webhookUrl": reqwest::Url::parse(self.webhook_url.trim()).map(|u| u.origin().ascii_serialization()).unwrap_or_default(),
+            "resourcesToIgnore": list(&self.resources_to_ignore),
+            "workloadTypesToIgnore": list(&self.ignored_workload_types),
+            "namespaceSelectors": list(&self.namespace_selector),
+            "resourceSelectors": list(&self.resource_label_selector),
+            "namespacesToIgnore": list(&self.namespaces_to_ignore),
+            "enablePProf": self.enable_pprof,
+            "pprofAddr": self.pprof_addr,
         })
     }
 }

@@ -42,6 +42,7 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 async fn main() -> anyhow::Result<()> {
     let args = cli::parse()?;
     let settings = args.settings()?;
+    let meta_options = args.meta_options();
     let cli::Args {
         config: _,
         auto_reload_all,
@@ -454,6 +455,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .instrument(info_span!("watch")),
     );
+    // Reloader's reloader-meta-info ConfigMap, published by the replica acting on shard 0.
+    match std::env::var("RELOADER_NAMESPACE").ok().filter(|v| !v.is_empty()) {
+        Some(namespace) => {
+            let meta = reload::meta_info::MetaInfo {
+                namespace,
+                deployment: std::env::var("RELOADER_DEPLOYMENT_NAME").unwrap_or_default(),
+                options: meta_options,
+            };
+            let publish = reload::meta_info::run(client.clone(), meta, active_rx.clone(), shutdown.clone());
+            tokio::spawn(publish.instrument(info_span!("meta_info")));
+        }
+        None => info!("RELOADER_NAMESPACE is not set; the reloader-meta-info ConfigMap is not published"),
+    }
     let mut engine_task = tokio::spawn(
         reload::run(
             client,

@@ -125,7 +125,11 @@ fn helm_lint_passes_with_defaults_and_with_a_fleet() {
 fn defaults_render_reloaders_cluster_wide_install() {
     let docs = render("{}");
     assert_eq!(args(&docs), vec!["--log-level=info"]);
-    assert!(env(&docs).is_empty(), "{:?}", env(&docs));
+    let meta_info = BTreeMap::from([
+        ("RELOADER_DEPLOYMENT_NAME".to_string(), "r-reloader".to_string()),
+        ("RELOADER_NAMESPACE".to_string(), "<field \"metadata.namespace\">".to_string()),
+    ]);
+    assert_eq!(env(&docs), meta_info, "where the reloader-meta-info ConfigMap goes, as Reloader's chart says");
     let deployment = find(&docs, "Deployment", "r-reloader").expect("Deployment");
     assert_eq!(deployment["spec"]["replicas"], 1);
     assert_eq!(deployment["spec"]["selector"]["matchLabels"], json!({ "app": "r-reloader", "release": "r" }));
@@ -151,7 +155,10 @@ fn defaults_render_reloaders_cluster_wide_install() {
     let binding = find(&docs, "ClusterRoleBinding", "r-reloader-role-binding").expect("ClusterRoleBinding");
     assert_eq!(binding["subjects"][0], json!({ "kind": "ServiceAccount", "name": "r-reloader", "namespace": "ops" }));
     let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
-    assert_eq!(rules(metadata), vec!["/configmaps: create", "/configmaps[reloader-fleet-checkpoint]: get,update"]);
+    assert_eq!(
+        rules(metadata),
+        vec!["/configmaps: create", "/configmaps[reloader-meta-info,reloader-fleet-checkpoint]: get,update"]
+    );
     assert!(find(&docs, "ServiceAccount", "r-reloader").is_some());
     for kind in ["Secret", "Service", "PodDisruptionBudget", "NetworkPolicy"] {
         assert!(docs.iter().all(|d| d["kind"] != kind), "no {kind} by default");
@@ -205,7 +212,8 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
     assert!(has_rule(metadata, "coordination.k8s.io/leases: list,watch,create,get,update,delete"));
     let fleet = render("reloader: {enableHA: true, sharding: {shards: 3}}");
     let metadata = find(&fleet, "Role", "r-reloader-metadata-role").expect("the metadata Role");
-    let names = "reloader-fleet-checkpoint-shard-0,reloader-fleet-checkpoint-shard-1,reloader-fleet-checkpoint-shard-2";
+    let names = "reloader-meta-info,reloader-fleet-checkpoint-shard-0,reloader-fleet-checkpoint-shard-1,\
+                 reloader-fleet-checkpoint-shard-2";
     assert!(has_rule(metadata, &format!("/configmaps[{names}]: get,update")), "{:?}", rules(metadata));
     // Without HA, replicas stay 1 and no HA flag is rendered (Reloader renders --enable-ha for
     // replicas > 1 without the POD_NAME it needs).
@@ -380,7 +388,7 @@ fn a_reloader_values_file_with_go_only_keys_still_renders() {
         .join("\n"),
     );
     assert_eq!(container(&docs)["image"], "reg.example/my/reloader:v9");
-    assert!(env(&docs).is_empty(), "no GOMAXPROCS/GOMEMLIMIT for a Rust binary: {:?}", env(&docs));
+    assert!(!env(&docs).contains_key("GOMAXPROCS"), "no GOMAXPROCS/GOMEMLIMIT for a Rust binary: {:?}", env(&docs));
     assert!(find(&docs, "Service", "r-reloader").is_some());
     assert!(find(&docs, "NetworkPolicy", "r-reloader").is_some());
     assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"), "rendered only when the CRD is served");

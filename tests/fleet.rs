@@ -664,3 +664,56 @@ async fn handoff_times_with_default_lease_timings() {
     })
     .await;
 }
+
+/// Issue 43: Reloader's `reloader-meta-info` ConfigMap (its name, label and keys), published
+/// in `RELOADER_NAMESPACE` by one replica of the fleet: the one acting on shard 0.
+#[tokio::test]
+async fn one_replica_publishes_reloaders_meta_info_configmap() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    with_temp_ns("fleet-meta-info", |client, home| async move {
+        let fleet = [
+            "--shards=16",
+            "--enable-ha",
+            "--leader-election-lease-duration=4s",
+            "--leader-election-renew-deadline=3s",
+            "--leader-election-retry-period=500ms",
+            "--namespace-selector=reloader-fleet.test/none=1",
+            "--reload-strategy=annotations",
+        ];
+        let env = [("RELOADER_NAMESPACE", home.as_str()), ("RELOADER_DEPLOYMENT_NAME", "reloader-reloader")];
+        let kubeconfig = support::kubeconfig_path();
+        let mut replicas = Vec::new();
+        for name in ["a", "b"] {
+            let name = format!("{home}-{name}");
+            replicas.push(Controller::start_with_kubeconfig_env(&name, &home, &fleet, &kubeconfig, &env).await);
+        }
+        wait_for("16 shards balanced across 2 replicas", || async {
+            balanced(&[&replicas[0], &replicas[1]]).await.then_some(())
+        })
+        .await;
+        let meta = wait_for("the meta-info ConfigMap", || async {
+            Api::<ConfigMap>::namespaced(client.clone(), &home).get("reloader-meta-info").await.ok()
+        })
+        .await;
+        let labels = meta.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("reloader.stakater.com/meta-info").map(String::as_str), Some("reloader"));
+        let data = meta.data.unwrap_or_default();
+        let options: serde_json::Value = serde_json::from_str(&data["reloaderOptions"]).expect("JSON options");
+        assert_eq!(options["reloadStrategy"], "annotations");
+        assert_eq!(options["enableHA"], true);
+        assert_eq!(options["namespaceSelectors"], json!(["reloader-fleet.test/none=1"]));
+        let deployment: serde_json::Value = serde_json::from_str(&data["deploymentInfo"]).expect("JSON");
+        assert_eq!(
+            (deployment["name"].as_str(), deployment["namespace"].as_str()),
+            (Some("reloader-reloader"), Some(home.as_str()))
+        );
+        let build: serde_json::Value = serde_json::from_str(&data["buildInfo"]).expect("JSON");
+        assert_eq!(build["releaseVersion"], env!("CARGO_PKG_VERSION"));
+        let publishers = replicas.iter().filter(|r| r.logged("published the meta-info ConfigMap")).count();
+        assert_eq!(publishers, 1, "one replica of the fleet publishes it");
+        for replica in replicas {
+            replica.stop().await;
+        }
+    })
+    .await;
+}

@@ -164,7 +164,9 @@ fn start_with(
 ) -> BoxFuture<'static, Option<Controller>> {
     Box::pin(async move {
         let args: Vec<&str> = args.iter().map(String::as_str).chain(["--is-openshift=false"]).collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        // As every manifest's Deployment sets them (the meta-info ConfigMap's place and name).
+        let meta = [("RELOADER_NAMESPACE", ns.as_str()), ("RELOADER_DEPLOYMENT_NAME", "reloader-reloader")];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(meta).collect();
         let within = std::time::Duration::from_secs(10);
         Controller::try_start(&format!("{ns}-suite"), &ns, &args, &env, &login.kubeconfig, within).await
     })

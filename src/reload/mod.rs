@@ -12,6 +12,7 @@ mod events;
 pub mod explain;
 mod keys;
 pub mod lint;
+pub mod meta_info;
 mod metrics;
 mod pause;
 mod rules;

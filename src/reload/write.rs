@@ -263,7 +263,8 @@ fn post_params() -> PostParams {
     PostParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PostParams::default() }
 }
 
-async fn timed<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
+/// `call`, or an error once the API timeout has passed.
+pub(crate) async fn timed<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
     match tokio::time::timeout(API_TIMEOUT, call).await {
         Ok(result) => result,
         Err(_) => Err(kube::Error::Service(format!("timed out after {API_TIMEOUT:?}").into())),

@@ -94,8 +94,8 @@ pub async fn delete_cluster_scoped(objects: Vec<(Api<DynamicObject>, String)>) {
 
 /// Run the reload suite: ready within 10 s, then one ConfigMap change reloads a Deployment,
 /// makes a CronJob's Job and creates a Job again, a Secret change reloads another Deployment,
-/// a `Reloaded` Event is written, and the checkpoint records that change and a second one.
-/// `Err` names the first thing missing.
+/// a `Reloaded` Event is written, the `reloader-meta-info` ConfigMap is published, and the
+/// checkpoint records that change and a second one. `Err` names the first thing missing.
 pub async fn reload_suite(client: &Client, ns: &str, login: Login, run: &SuiteRun) -> Result<(), String> {
     super::fixtures::create_secret(client, ns, "sec", &[("k", "1")]).await;
     Workload::new(Kind::Deployment, "vault")
@@ -151,6 +151,17 @@ async fn changes_are_served(client: &Client, ns: &str, controller: &Controller, 
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Reloader's meta-info ConfigMap, published by the replica acting on shard 0.
+    let meta =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns).get("reloader-meta-info").await;
+    let labelled =
+        meta.as_ref().ok().and_then(|cm| cm.metadata.labels.as_ref()?.get("reloader.stakater.com/meta-info").cloned());
+    if labelled.as_deref() != Some("reloader") {
+        return Err(format!(
+            "the reloader-meta-info ConfigMap was not published: {:?}",
+            meta.map(|cm| cm.metadata.labels)
+        ));
     }
     // The checkpoint records the change, and then a second one: created, then replaced.
     for value in ["2", "3"] {

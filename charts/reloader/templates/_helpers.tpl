@@ -128,9 +128,11 @@ Events. Namespaces are added for the ClusterRole only.
   verbs: [create, patch]
 {{- end -}}
 
-{{/* The checkpoint ConfigMaps' names, one per shard, as a YAML list (the RBAC names each). */}}
-{{- define "reloader-checkpoint-names" -}}
-{{- $shards := int .Values.reloader.sharding.shards -}}
+{{/* The ConfigMaps the controller writes in its namespace, as a YAML list (the RBAC names each):
+Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
+{{- define "reloader-own-configmaps" -}}
+{{- $shards := int .Values.reloader.sharding.shards }}
+- reloader-meta-info
 {{- if le $shards 1 }}
 - reloader-fleet-checkpoint
 {{- else }}
@@ -183,6 +185,13 @@ Events. Namespaces are added for the ClusterRole only.
     fieldRef:
       fieldPath: metadata.namespace
 {{- end }}
+{{- /* Where and as what Reloader publishes its reloader-meta-info ConfigMap. */}}
+- name: RELOADER_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: RELOADER_DEPLOYMENT_NAME
+  value: {{ include "reloader-fullname" . }}
 {{- if $v.enableHA }}
 - name: POD_NAME
   valueFrom:
