@@ -55,22 +55,22 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_URL", default_value = "", global = true)]
     pub webhook_url: String,
     /// Resource kinds not to watch: configmaps or secrets (not both).
-    #[arg(long, env = "RESOURCES_TO_IGNORE", value_delimiter = ',', global = true)]
+    #[arg(long, env = "RESOURCES_TO_IGNORE", value_parser = csv_list, global = true)]
     pub resources_to_ignore: Vec<String>,
     /// Workload kinds never reloaded: jobs, cronjobs (v2 also accepts deployments, ...).
-    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_delimiter = ',', global = true)]
+    #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_parser = csv_list, global = true)]
     pub ignored_workload_types: Vec<String>,
     /// Watch only these namespaces, with per-namespace watches (namespaced RBAC is enough).
-    #[arg(long, env = "NAMESPACES", value_delimiter = ',', global = true)]
+    #[arg(long, env = "NAMESPACES", value_parser = csv_list, global = true)]
     pub namespaces: Vec<String>,
     /// Namespaces never served (cluster-wide mode only).
-    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_delimiter = ',', global = true)]
+    #[arg(long, env = "NAMESPACES_TO_IGNORE", value_parser = csv_list, global = true)]
     pub namespaces_to_ignore: Vec<String>,
     /// Label selector namespaces must match (cluster-wide mode only).
-    #[arg(long, env = "NAMESPACE_SELECTOR", value_delimiter = ',', global = true)]
+    #[arg(long, env = "NAMESPACE_SELECTOR", value_parser = csv_list, global = true)]
     pub namespace_selector: Vec<String>,
     /// Label selector ConfigMaps and Secrets must match (applied by the API server).
-    #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_delimiter = ',', global = true)]
+    #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_parser = csv_list, global = true)]
     pub resource_label_selector: Vec<String>,
     /// Log format: json, or empty for text.
     #[arg(long, env = "LOG_FORMAT", default_value = "", global = true)]
@@ -377,6 +377,66 @@ fn file_args(path: &str) -> anyhow::Result<Vec<String>> {
     Ok(args)
 }
 
+/// A list flag's value as pflag reads a string slice: one line of CSV, so that a value in double
+/// quotes keeps its commas (Reloader's chart renders `--namespace-selector="a=b,c!=d"`). Checked
+/// here, split by [`csv_items`].
+fn csv_list(value: &str) -> Result<String, String> {
+    split_csv(value).map(|_| value.to_string())
+}
+
+/// Every item of list flag values (each occurrence one CSV line, already checked).
+fn csv_items(values: &[String]) -> Vec<String> {
+    values.iter().flat_map(|v| split_csv(v).unwrap_or_default()).collect()
+}
+
+/// One line of CSV as Go's encoding/csv reads it: fields split on commas, a field that starts
+/// with `"` runs to its closing quote (`""` inside is a quote), a quote anywhere else is an error.
+fn split_csv(line: &str) -> Result<Vec<String>, String> {
+    if line.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut fields = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        let mut field = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        field.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => field.push(c),
+                    None => return Err(format!("{line:?}: a quoted value is not closed")),
+                }
+            }
+            match chars.next() {
+                None => {
+                    fields.push(field);
+                    return Ok(fields);
+                }
+                Some(',') => fields.push(field),
+                Some(c) => return Err(format!("{line:?}: {c:?} after a closing quote (a comma was expected)")),
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => {
+                        fields.push(field);
+                        return Ok(fields);
+                    }
+                    Some(',') => break,
+                    Some('"') => return Err(format!("{line:?}: a quote inside a value that does not start with one")),
+                    Some(c) => field.push(c),
+                }
+            }
+            fields.push(field);
+        }
+    }
+}
+
 /// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
 fn go_bool(value: &str) -> Result<bool, String> {
     reloader_fleet::reload::parse_go_bool(value)
@@ -450,7 +510,9 @@ impl Args {
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let mut ignore_configmaps = false;
         let mut ignore_secrets = false;
-        for r in self.resources_to_ignore.iter().map(|r| r.trim().to_ascii_lowercase()).filter(|r| !r.is_empty()) {
+        for r in
+            csv_items(&self.resources_to_ignore).iter().map(|r| r.trim().to_ascii_lowercase()).filter(|r| !r.is_empty())
+        {
             match r.as_str() {
                 "configmaps" => ignore_configmaps = true,
                 "secrets" => ignore_secrets = true,
@@ -461,7 +523,7 @@ impl Args {
             bail!("--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched");
         }
         let mut workload_kinds = WorkloadKind::ALL.to_vec();
-        for name in self.ignored_workload_types.iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
+        for name in csv_items(&self.ignored_workload_types).iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
             let Some(kind) = WorkloadKind::from_type_name(name) else {
                 bail!(
                     "invalid --ignored-workload-types value {name:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
@@ -528,7 +590,7 @@ impl Args {
 
         let kubernetes_namespace = std::env::var("KUBERNETES_NAMESPACE").ok().filter(|n| !n.is_empty());
         let listed: Vec<String> =
-            self.namespaces.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+            csv_items(&self.namespaces).iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
         let scoped_namespaces_source = if listed.is_empty() {
             "environment variable KUBERNETES_NAMESPACE".to_string()
         } else {
@@ -543,12 +605,17 @@ impl Args {
                 }
             }
         }
-        let selector = LabelSelector::parse_all(&self.namespace_selector).context("invalid --namespace-selector")?;
-        let resource_label_selector =
-            LabelSelector::parse_all(&self.resource_label_selector).context("invalid --resource-label-selector")?;
+        let selector =
+            LabelSelector::parse_all(&csv_items(&self.namespace_selector)).context("invalid --namespace-selector")?;
+        let resource_label_selector = LabelSelector::parse_all(&csv_items(&self.resource_label_selector))
+            .context("invalid --resource-label-selector")?;
         let filter = NamespaceFilter {
             only: scoped.as_ref().map(|l| l.iter().cloned().collect::<BTreeSet<_>>()),
-            ignored: self.namespaces_to_ignore.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect(),
+            ignored: csv_items(&self.namespaces_to_ignore)
+                .iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect(),
             // Reloader honours the selector only in cluster-wide mode.
             selector: if scoped.is_some() { None } else { selector },
         };
@@ -593,7 +660,7 @@ impl Args {
     /// (`reloaderOptions`), for tooling that reads them.
     pub fn meta_options(&self) -> serde_json::Value {
         let list = |items: &[String]| -> Vec<String> {
-            items.iter().map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect()
+            csv_items(items).iter().map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect()
         };
         let is = |value: &str| value == "true";
         serde_json::json!({
@@ -705,7 +772,7 @@ mod tests {
     #[test]
     fn slices_split_on_commas_and_repeat() {
         let a = args(&["--namespaces-to-ignore=a,b", "--namespaces-to-ignore=c"]);
-        assert_eq!(a.namespaces_to_ignore, vec!["a", "b", "c"]);
+        assert_eq!(csv_items(&a.namespaces_to_ignore), vec!["a", "b", "c"]);
     }
 
     #[test]
@@ -760,6 +827,22 @@ mod tests {
         }
         assert_eq!(args(&["--coalesce-window=1h"]).coalesce_window, Duration::from_secs(3600));
         assert_eq!(args(&["--max-rollouts-per-second=0.5"]).max_rollouts_per_second, 0.5);
+    }
+
+    #[test]
+    fn list_flags_read_csv_as_pflag_does() {
+        assert_eq!(split_csv("a,b"), Ok(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(split_csv("\"team=a,env!=dev\""), Ok(vec!["team=a,env!=dev".to_string()]));
+        assert_eq!(split_csv("\"x\"\"y\",z"), Ok(vec!["x\"y".to_string(), "z".to_string()]));
+        assert_eq!(split_csv("a,"), Ok(vec!["a".to_string(), String::new()]));
+        assert_eq!(split_csv(""), Ok(vec![]));
+        assert!(split_csv("\"open").is_err() && split_csv("a\"b").is_err() && split_csv("\"a\"b").is_err());
+        // What Reloader's chart renders for reloader.namespaceSelector, taken whole.
+        let s = args(&["--namespace-selector=\"env in (prod,qa),team=x\""]).settings().expect("valid").filter;
+        let selector = s.selector.expect("set");
+        let labels = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(selector.matches(&labels(&[("env", "qa"), ("team", "x")])));
+        assert!(Args::try_parse_from(["reloader", "--namespaces=\"a"]).is_err());
     }
 
     #[test]

@@ -79,6 +79,9 @@ fn env(documents: &[Value]) -> BTreeMap<String, String> {
         let value = match (&entry["value"], &entry["valueFrom"]) {
             (Value::String(v), _) => v.clone(),
             (_, from) if from["fieldRef"].is_object() => format!("<field {}>", from["fieldRef"]["fieldPath"]),
+            (_, from) if from["resourceFieldRef"].is_object() => {
+                format!("<resource {}>", from["resourceFieldRef"]["resource"])
+            }
             (_, from) if from["secretKeyRef"].is_object() => {
                 format!("<secret {} {}>", from["secretKeyRef"]["name"], from["secretKeyRef"]["key"])
             }
@@ -125,17 +128,19 @@ fn helm_lint_passes_with_defaults_and_with_a_fleet() {
 fn defaults_render_reloaders_cluster_wide_install() {
     let docs = render("{}");
     assert_eq!(args(&docs), vec!["--log-level=info"]);
-    let meta_info = BTreeMap::from([
+    let reloaders = BTreeMap::from([
+        ("GOMAXPROCS".to_string(), "<resource \"limits.cpu\">".to_string()),
+        ("GOMEMLIMIT".to_string(), "<resource \"limits.memory\">".to_string()),
         ("RELOADER_DEPLOYMENT_NAME".to_string(), "r-reloader".to_string()),
         ("RELOADER_NAMESPACE".to_string(), "<field \"metadata.namespace\">".to_string()),
     ]);
-    assert_eq!(env(&docs), meta_info, "where the reloader-meta-info ConfigMap goes, as Reloader's chart says");
+    assert_eq!(env(&docs), reloaders, "Reloader's chart's environment (the meta-info ConfigMap's place and name)");
     let deployment = find(&docs, "Deployment", "r-reloader").expect("Deployment");
     assert_eq!(deployment["spec"]["replicas"], 1);
     assert_eq!(deployment["spec"]["selector"]["matchLabels"], json!({ "app": "r-reloader", "release": "r" }));
     assert_eq!(container(&docs)["image"], format!("reloader-fleet/reloader:{}", env!("CARGO_PKG_VERSION")));
     assert_eq!(container(&docs)["imagePullPolicy"], "IfNotPresent");
-    assert_eq!(container(&docs)["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container(&docs)["readinessProbe"]["httpGet"]["path"], "/metrics", "Reloader v1's readiness");
     assert_eq!(container(&docs)["livenessProbe"]["httpGet"]["path"], "/live");
     let role = find(&docs, "ClusterRole", "r-reloader-role").expect("ClusterRole");
     assert_eq!(
@@ -226,19 +231,20 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
 fn sharding_values_render_the_fleet() {
     let docs = render(
         "reloader: {enableHA: true, deployment: {replicas: 3}, podDisruptionBudget: {enabled: true},
-          sharding: {shards: 16, placement: fnv-ranges, hotStandby: true, leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}}",
+          leaderElection: {leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s},
+          sharding: {shards: 16, placement: fnv-ranges, hotStandby: true}}",
     );
     assert_eq!(
         args(&docs),
         vec![
             "--log-level=info",
             "--enable-ha=true",
-            "--shards=16",
-            "--shard-placement=fnv-ranges",
-            "--hot-standby=true",
             "--leader-election-lease-duration=20s",
             "--leader-election-renew-deadline=15s",
             "--leader-election-retry-period=3s",
+            "--shards=16",
+            "--shard-placement=fnv-ranges",
+            "--hot-standby=true",
         ]
     );
     let pdb = find(&docs, "PodDisruptionBudget", "r-reloader").expect("PDB");
@@ -270,7 +276,8 @@ fn reload_settings_render_reloaders_flags() {
         ("reloader: {reloadStrategy: annotations}", &["--reload-strategy=annotations"]),
         ("reloader: {ignoreSecrets: true}", &["--resources-to-ignore=secrets"]),
         ("reloader: {ignoreJobs: true, ignoreCronJobs: true}", &["--ignored-workload-types=jobs,cronjobs"]),
-        ("reloader: {namespaceSelector: 'team=a,env!=dev'}", &["--namespace-selector=team=a,env!=dev"]),
+        // Quoted, as Reloader's chart renders it (the binary reads the value as CSV).
+        ("reloader: {namespaceSelector: 'team=a,env!=dev'}", &["--namespace-selector=\"team=a,env!=dev\""]),
         ("reloader: {ignoreNamespaces: 'kube-system,x'}", &["--namespaces-to-ignore=kube-system,x"]),
         ("reloader: {resourceLabelSelector: 'reload=yes'}", &["--resource-label-selector=reload=yes"]),
         (
@@ -280,8 +287,14 @@ fn reload_settings_render_reloaders_flags() {
         ("reloader: {isArgoRollouts: true}", &["--is-Argo-Rollouts=true"]),
         ("reloader: {enableCSIIntegration: true}", &["--enable-csi-integration=true"]),
         ("reloader: {autoReloadAll: true, logFormat: json}", &["--log-format=json", "--auto-reload-all=true"]),
-        ("reloader: {webhookUrl: 'http://hook'}", &["--webhook-url", "http://hook"]),
-        ("reloader: {enablePProf: true}", &["--enable-pprof=true", "--pprof-addr=:6060"]),
+        // As Reloader's chart 2.2.16 renders it: only with custom annotations (a values file
+        // that sets only the URL reloaded there, and must keep reloading after the swap).
+        ("reloader: {webhookUrl: 'http://hook'}", &[]),
+        (
+            "reloader: {webhookUrl: 'http://hook', custom_annotations: {auto: my.co/auto}}",
+            &["--auto-annotation", "my.co/auto", "--webhook-url", "http://hook"],
+        ),
+        ("reloader: {enablePProf: true}", &["--enable-pprof", "--pprof-addr=:6060"]),
     ];
     for (values, expected) in cases {
         let rendered = args(&render(values));
@@ -388,7 +401,8 @@ fn a_reloader_values_file_with_go_only_keys_still_renders() {
         .join("\n"),
     );
     assert_eq!(container(&docs)["image"], "reg.example/my/reloader:v9");
-    assert!(!env(&docs).contains_key("GOMAXPROCS"), "no GOMAXPROCS/GOMEMLIMIT for a Rust binary: {:?}", env(&docs));
+    // As Reloader's chart renders them; a Rust binary reads neither.
+    assert_eq!((env(&docs)["GOMAXPROCS"].as_str(), env(&docs)["GOMEMLIMIT"].as_str()), ("2", "100MiB"));
     assert!(find(&docs, "Service", "r-reloader").is_some());
     assert!(find(&docs, "NetworkPolicy", "r-reloader").is_some());
     assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"), "rendered only when the CRD is served");
@@ -546,4 +560,129 @@ async fn helm_install_with_argo_rollouts_and_csi_watches_them_with_the_releases_
     support::crds::install(&client, &[support::crds::ROLLOUT]).await;
     support::crds::install(&client, &support::crds::SECRETS_STORE).await;
     install_and_reload("chart-argo-csi", "reloader: {isArgoRollouts: true, enableCSIIntegration: true}").await;
+}
+
+/// The values files under `charts/reloader/tests/values/` (`v1-*`: files Reloader's chart 2.2.16
+/// accepts; `v2-*`: Reloader v2's, with v2 semantics chosen), by name.
+fn values_files(prefix: &str) -> Vec<(String, String)> {
+    let dir = PathBuf::from(CHART).join("tests/values");
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .expect("the chart's test values")
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let stem = name.strip_prefix(prefix)?.strip_suffix(".yaml")?.to_string();
+            Some((stem, std::fs::read_to_string(dir.join(&name)).ok()?))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What an image swap must keep: the container's arguments, environment, probes and ports.
+fn container_contract(documents: &[Value]) -> Value {
+    let deployment = documents.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    json!({
+        "args": c["args"].as_array().cloned().unwrap_or_default(),
+        "env": c["env"].as_array().cloned().unwrap_or_default(),
+        "livenessProbe": c["livenessProbe"]["httpGet"],
+        "readinessProbe": c["readinessProbe"]["httpGet"],
+        "ports": c["ports"],
+    })
+}
+
+/// Reloader's own chart 2.2.16 (from its Go module: `hack/reloader-chart`) rendered as release
+/// `r` in namespace `ops` with `values`.
+fn render_reloaders(values: &str) -> Vec<Value> {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/reloader-chart")).output().expect("run it");
+    assert!(out.status.success(), "hack/reloader-chart: {}", String::from_utf8_lossy(&out.stderr));
+    let chart = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = Command::new(helm())
+        .args(["template", "r", &chart, "--namespace", "ops", "--values"])
+        .arg(tempfile(values))
+        .output()
+        .expect("helm template");
+    assert!(out.status.success(), "Reloader's chart refuses {values}: {}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Issue 43: for every values file, this chart renders the container Reloader's chart 2.2.16
+/// renders (arguments, environment, probes, ports), the two charts rendered side by side.
+#[test]
+fn every_v1_values_file_renders_the_container_reloaders_chart_renders() {
+    let files = values_files("v1-");
+    assert!(files.len() >= 21, "{} values files", files.len());
+    let mut differ = Vec::new();
+    for (name, values) in &files {
+        let (theirs, ours) = (container_contract(&render_reloaders(values)), container_contract(&render(values)));
+        if theirs != ours {
+            differ.push(format!("{name}:\n  Reloader's: {theirs}\n  ours:       {ours}"));
+        }
+    }
+    assert!(differ.is_empty(), "renders that differ from Reloader's chart 2.2.16:\n{}", differ.join("\n"));
+    // The binary takes every argument Reloader's chart renders.
+    for (name, values) in &files {
+        let args: Vec<String> = container_contract(&render(values))["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_reloader")).args(&args).arg("--help").output().expect("reloader");
+        assert!(out.status.success(), "{name}: {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+const V1_SUITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader/tests/reloader_v1_test.yaml");
+
+/// The helm-unittest suite of the v1 values files: what Reloader's chart 2.2.16 renders for
+/// each, as assertions on this chart. Generated from Reloader's chart; `REGENERATE_GOLDEN=1
+/// cargo test --test chart suite` writes it again (review the diff).
+fn v1_suite() -> String {
+    let mut out = String::from(
+        "# Generated by tests/chart.rs from Reloader's own chart 2.2.16 (hack/reloader-chart): for each\n\
+         # values file, the container it renders. REGENERATE_GOLDEN=1 cargo test --test chart suite\n\
+         suite: renders the container Reloader's chart 2.2.16 renders\ntemplates:\n  - deployment.yaml\n\
+         release:\n  name: r\n  namespace: ops\ntests:\n",
+    );
+    for (name, values) in values_files("v1-") {
+        let contract = container_contract(&render_reloaders(&values));
+        out.push_str(&format!("  - it: {name}\n    values:\n      - values/v1-{name}.yaml\n    asserts:\n"));
+        for (path, key) in [
+            ("spec.template.spec.containers[0].args", "args"),
+            ("spec.template.spec.containers[0].env", "env"),
+            ("spec.template.spec.containers[0].livenessProbe.httpGet", "livenessProbe"),
+            ("spec.template.spec.containers[0].readinessProbe.httpGet", "readinessProbe"),
+            ("spec.template.spec.containers[0].ports", "ports"),
+        ] {
+            let value = match (key, &contract[key]) {
+                // helm-unittest reads no args as null.
+                ("args", Value::Array(a)) if a.is_empty() => Value::Null,
+                (_, v) => v.clone(),
+            };
+            out.push_str(&format!("      - equal:\n          path: {path}\n          value: {value}\n"));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_helm_unittest_suite_holds_what_reloaders_chart_renders() {
+    let generated = v1_suite();
+    if std::env::var_os("REGENERATE_GOLDEN").is_some() {
+        std::fs::write(V1_SUITE, &generated).expect("write the suite");
+    }
+    let committed = std::fs::read_to_string(V1_SUITE).unwrap_or_default();
+    assert!(committed == generated, "{V1_SUITE} is not what Reloader's chart renders; regenerate it (see its header)");
+}
+
+/// helm-unittest (built from its Go module: `hack/tools helm-unittest`) runs the chart's
+/// suites: the v1 renders above and the v2 semantics.
+#[test]
+fn the_charts_helm_unittest_suites_pass() {
+    let out = Command::new(support::tool("helm-unittest")).args(["--color=false", CHART]).output().expect("run it");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "helm-unittest:\n{text}");
+    assert!(text.contains("Test Suites:") && !text.contains("FAIL"), "{text}");
 }

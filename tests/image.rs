@@ -55,17 +55,7 @@ fn chart_container(ns: &str, pod: &str) -> (Vec<String>, Vec<(String, String)>, 
     let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("the chart's Deployment");
     let container = deployment["spec"]["template"]["spec"]["containers"][0].clone();
     let args = container["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_string));
-    let mut env = Vec::new();
-    for var in container["env"].as_array().into_iter().flatten() {
-        let name = var["name"].as_str().expect("an env name").to_string();
-        let value = match (var["value"].as_str(), var["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
-            (Some(v), _) => v.to_string(),
-            (None, Some("metadata.namespace")) => ns.to_string(),
-            (None, Some("metadata.name")) => pod.to_string(),
-            other => panic!("no value for {name}: {other:?}"),
-        };
-        env.push((name, value));
-    }
+    let env = support::controller::pod_env(&container, ns, pod);
     (args.collect(), env, container)
 }
 

@@ -319,20 +319,61 @@ pub async fn start_as_pod_of(
     let container = &pod.containers[0];
     let mut args: Vec<String> = container.args.clone().unwrap_or_default();
     args.extend(extra_args.iter().map(ToString::to_string));
-    let mut env: Vec<(String, String)> = Vec::new();
-    for var in container.env.clone().unwrap_or_default() {
-        let path = var.value_from.and_then(|f| f.field_ref).map(|f| f.field_path);
-        let value = match (var.value, path.as_deref()) {
-            (Some(v), _) => v,
-            (None, Some("metadata.namespace")) => ns.to_string(),
-            (None, Some("metadata.name")) => name.clone(),
-            other => panic!("no local value for {}: {other:?}", var.name),
-        };
-        env.push((var.name, value));
-    }
+    let container_json = serde_json::to_value(container).expect("a container is JSON");
+    let env = pod_env(&container_json, ns, &name);
     let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Controller::start_with_kubeconfig_env(&name, ns, &arg_refs, kubeconfig, &env_refs).await
+}
+
+/// A container's environment with the pod's fields resolved as the kubelet resolves them: the
+/// pod's namespace and name, and the container's CPU and memory limits (the node's, 2 CPUs and
+/// 4 GiB, without a limit), each in units of its divisor.
+pub fn pod_env(container: &serde_json::Value, ns: &str, pod: &str) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name = var["name"].as_str().expect("an env name").to_string();
+        let from = &var["valueFrom"];
+        let value = match (
+            var["value"].as_str(),
+            from["fieldRef"]["fieldPath"].as_str(),
+            from["resourceFieldRef"]["resource"].as_str(),
+        ) {
+            (Some(v), _, _) => v.to_string(),
+            (None, Some("metadata.namespace"), _) => ns.to_string(),
+            (None, Some("metadata.name"), _) => pod.to_string(),
+            (None, _, Some("limits.cpu")) => {
+                let limit = container["resources"]["limits"]["cpu"].as_str().map_or(2.0, cpu_cores);
+                format!("{}", limit.ceil() as u64)
+            }
+            (None, _, Some("limits.memory")) => {
+                let limit = container["resources"]["limits"]["memory"].as_str().map_or(4 << 30, memory_bytes);
+                limit.to_string()
+            }
+            other => panic!("no local value for {name}: {other:?}"),
+        };
+        env.push((name, value));
+    }
+    env
+}
+
+/// `500m` or `2` CPUs.
+fn cpu_cores(quantity: &str) -> f64 {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().unwrap_or(0.0) / 1000.0,
+        None => quantity.parse().unwrap_or(0.0),
+    }
+}
+
+/// `256Mi`, `1Gi` or plain bytes.
+fn memory_bytes(quantity: &str) -> u64 {
+    let units =
+        [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("K", 1000), ("M", 1_000_000), ("G", 1_000_000_000)];
+    units
+        .iter()
+        .find_map(|(suffix, unit)| quantity.strip_suffix(suffix).and_then(|n| n.parse::<u64>().ok()).map(|n| n * unit))
+        .or_else(|| quantity.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The admin port a start logged in `log` after byte `from` (`admin server listening addr=...`).

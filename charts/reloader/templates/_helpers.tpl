@@ -57,9 +57,15 @@ meta.helm.sh/release-name: {{ .Release.Name | quote }}
 {{- end -}}
 {{- end -}}
 
-{{/* The namespaces of scoped mode: the release's and the listed ones, sorted, once each. */}}
+{{/* The namespaces of scoped mode, comma-separated, sorted, once each: the listed ones (a list or
+a comma-separated string) plus, with v1 semantics, the release's; with v2 semantics and no list,
+the release's alone (v2's single-namespace mode). */}}
 {{- define "reloader-scoped-namespaces" -}}
-{{- $all := append (.Values.reloader.namespaces | default list) (include "reloader-namespace" .) -}}
+{{- $listed := .Values.reloader.namespaces | default list -}}
+{{- if kindIs "string" $listed }}{{ $listed = splitList "," $listed }}{{ end -}}
+{{- $all := list -}}
+{{- range $listed }}{{ with . | toString | trim }}{{ $all = append $all . }}{{ end }}{{ end -}}
+{{- if or (eq (include "reloader-semantics" .) "v1") (not $all) }}{{ $all = append $all (include "reloader-namespace" .) }}{{ end -}}
 {{- $all | uniq | sortAlpha | join "," -}}
 {{- end -}}
 
@@ -142,10 +148,30 @@ Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
 {{- end }}
 {{- end -}}
 
-{{/* The container's environment, as Reloader's chart renders it for the same values. */}}
+{{/* The container's environment, as Reloader's chart renders it for the same values (GOMAXPROCS
+and GOMEMLIMIT too: harmless to this binary, and an image swap then changes no env). */}}
 {{- define "reloader-env" -}}
 {{- $v := .Values.reloader -}}
-{{- $env := $v.deployment.env | default dict -}}
+{{- $d := $v.deployment -}}
+{{- $env := $d.env | default dict -}}
+- name: GOMAXPROCS
+{{- if $d.gomaxprocsOverride }}
+  value: {{ $d.gomaxprocsOverride | quote }}
+{{- else }}
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.cpu
+      divisor: '1'
+{{- end }}
+- name: GOMEMLIMIT
+{{- if $d.gomemlimitOverride }}
+  value: {{ $d.gomemlimitOverride | quote }}
+{{- else }}
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.memory
+      divisor: '1'
+{{- end }}
 {{- range $name, $value := $env.open }}
 {{- if not (empty $value) }}
 - name: {{ $name | quote }}
@@ -164,11 +190,13 @@ Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
 {{- end }}
 {{- range $secret, $entries := $env.existing }}
 {{- range $name, $key := $entries }}
+{{- if not (empty $name) }}
 - name: {{ $name | quote }}
   valueFrom:
     secretKeyRef:
       name: {{ $secret | quote }}
       key: {{ $key | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- range $name, $path := $env.field }}
@@ -179,7 +207,8 @@ Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
       fieldPath: {{ $path | quote }}
 {{- end }}
 {{- end }}
-{{- if not $v.watchGlobally }}
+{{- /* v2 passes the release namespace as --namespaces instead. */}}
+{{- if and (not $v.watchGlobally) (not $v.namespaces) (ne (include "reloader-semantics" .) "v2") }}
 - name: KUBERNETES_NAMESPACE
   valueFrom:
     fieldRef:
@@ -206,4 +235,12 @@ Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
 - name: METRICS_COUNT_BY_NAMESPACE
   value: enabled
 {{- end }}
+{{- end -}}
+
+{{/* Which Reloader chart this one renders like where the two differ: "v1" (chart 2.2.16, the
+default) or "v2" (chart reloader-v2 2.0.0). */}}
+{{- define "reloader-semantics" -}}
+{{- $s := .Values.reloader.compatibleWith | default "v1" | toString -}}
+{{- if not (has $s (list "v1" "v2")) }}{{ fail (printf "reloader.compatibleWith is %q: it must be v1 or v2" $s) }}{{ end -}}
+{{- $s -}}
 {{- end -}}
