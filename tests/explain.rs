@@ -7,31 +7,11 @@ mod support;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap;
 use serde_json::{Value, json};
+use support::explain::{explain, explain_json};
 use support::fixtures::{
     Kind, Workload, annotate_configmap, cm_hash, create_configmap, create_secret, patch_configmap,
 };
 use support::scenario::{Ctx, scenario, wait_stored};
-
-/// Run `reloader explain ARGS...` as a user would; its stdout, failing the test on an error.
-async fn explain(args: &[&str]) -> String {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
-        .arg("explain")
-        .args(args)
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .output()
-        .await
-        .expect("run reloader explain");
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "reloader explain {args:?} failed: {stderr}");
-    stdout.into_owned()
-}
-
-async fn explain_json(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let text = explain(&all).await;
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("explain printed no JSON ({e}): {text}"))
-}
 
 /// The pair for `resource` (a workload report) or `workload` (a resource report).
 fn pair<'a>(report: &'a Value, other: &str) -> &'a Value {

@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use reloader_fleet::reload::{RELOADED_HASHES, Strategy};
+use reloader_fleet::reload::{CRONJOB_RELOAD_STRATEGY, RELOADED_HASHES, Strategy};
 use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret as Sec, SecretProviderClass as Spc};
 use reloader_fleet::watch::{DataHash, ResourceKind};
 use serde_json::{Value, json};
 use support::crds;
+use support::explain::explain_json;
 use support::fixtures::{
     Kind, KindExt, Workload, annotate_configmap, cm_hash, create_configmap, create_secret, generation, patch_configmap,
     patch_secret, secret_hash, workload_json,
@@ -136,6 +137,53 @@ async fn a_cronjob_gets_one_job_per_change_also_when_suspended_and_after_a_resta
     }
 }
 
+/// Issue 43 (Reloader PR #1100, issue #822): `cronjob-reload-strategy: patch` writes the reload
+/// into the CronJob's job template, once per change, and creates no Job (so a suspended CronJob
+/// gets none); a replay from a stale checkpoint writes nothing.
+#[tokio::test]
+async fn a_cronjob_with_the_patch_strategy_gets_its_template_updated_and_no_job() {
+    for strategy in STRATEGIES {
+        scenario("cronjob-patch", strategy, &[], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            for name in ["nightly", "paused"] {
+                let cj = Workload::new(Kind::CronJob, name).auto().annotate(CRONJOB_RELOAD_STRATEGY, "patch");
+                let cj = if name == "paused" { cj.suspended() } else { cj };
+                cj.env_from_configmap("app-config").create(c, ns).await;
+            }
+            wait_stored(&controller, 2).await;
+            for (round, mode) in ["b", "c"].into_iter().enumerate() {
+                patch_configmap(c, ns, "app-config", json!({ "data": { "mode": mode } })).await;
+                let hash = cm_hash(&[("mode", mode)]);
+                for name in ["nightly", "paused"] {
+                    wait_for(&format!("{name}'s job template to record {mode}"), || async {
+                        let cronjob = workload_json(c, ns, Kind::CronJob, name).await;
+                        let recorded = ctx.recorded_in(&cronjob, &Kind::CronJob.template_pointer(), Cm, "app-config");
+                        (recorded.as_deref() == Some(hash.as_str())).then_some(cronjob)
+                    })
+                    .await;
+                    assert_eq!(
+                        generation(c, ns, Kind::CronJob, name).await,
+                        2 + round as i64,
+                        "{name}: once per change"
+                    );
+                    assert!(jobs_of(c, ns, name).await.is_empty(), "{name}: no Job from a change");
+                }
+            }
+            // A replay from a stale checkpoint finds the record and writes nothing.
+            controller.stop().await;
+            make_checkpoint_stale(&ctx, "app-config", &cm_hash(&[("mode", "b")])).await;
+            let controller = ctx.start_controller("again", &[]).await;
+            for name in ["nightly", "paused"] {
+                assert_eq!(generation(c, ns, Kind::CronJob, name).await, 3, "{name} after a replay");
+                assert!(jobs_of(c, ns, name).await.is_empty());
+            }
+            controller
+        })
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn a_job_is_created_again_under_its_name_and_a_replay_recreates_nothing() {
     for strategy in STRATEGIES {
@@ -216,6 +264,66 @@ async fn rollouts_reload_by_template_or_restart_and_catch_up_after_downtime() {
                 before + 1,
                 "exactly one write for the change"
             );
+            controller
+        })
+        .await;
+    }
+}
+
+/// Issue 43 (Reloader #1090, PRs #1117/#1118): a Rollout with `spec.workloadRef` runs a
+/// Deployment's pod template. Its references are read from that template, and each change
+/// restarts the Rollout once (`spec.restartAt`, the record on its metadata); the Deployment is
+/// left alone, and a replay restarts nothing.
+#[tokio::test]
+async fn a_rollout_with_a_workload_ref_is_restarted_once_per_change_of_its_deployments_references() {
+    let client = support::client().await;
+    crds::install(&client, &[crds::ROLLOUT]).await;
+    for strategy in STRATEGIES {
+        scenario("rollout-ref", strategy, &["--is-Argo-Rollouts=true"], |ctx, controller| async move {
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+            // The template's Deployment, scaled to zero as Argo's docs have it; no Reloader keys.
+            let template = Workload::new(Kind::Deployment, "web-template").env_from_configmap("app-config");
+            let mut deployment = template.to_json();
+            deployment["spec"]["replicas"] = json!(0);
+            let deployment: DynamicObject = serde_json::from_value(deployment).expect("Deployment JSON");
+            Kind::Deployment.api(c, ns).create(&PostParams::default(), &deployment).await.expect("the Deployment");
+            let rollout: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": { "name": "web", "annotations": { "reloader.stakater.com/auto": "true" } },
+                "spec": {
+                    "replicas": 1,
+                    "selector": { "matchLabels": { "app": "web-template" } },
+                    "workloadRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "web-template" },
+                    "strategy": { "canary": { "steps": [] } }
+                }
+            }))
+            .expect("Rollout JSON");
+            Kind::Rollout.api(c, ns).create(&PostParams::default(), &rollout).await.expect("the Rollout");
+            wait_stored(&controller, 2).await;
+            let report = explain_json(&["rollout/web", "-n", ns, "--is-Argo-Rollouts=true"]).await;
+            let pair = &report["pairs"][0];
+            assert_eq!((&pair["resource"], &pair["reloads"]), (&json!("app-config"), &json!(true)), "{report:#}");
+            let writes = pair["writes"].as_str().unwrap_or_default();
+            assert!(writes.contains("spec.restartAt") && writes.contains("web-template"), "{report:#}");
+            for (round, mode) in ["b", "c"].into_iter().enumerate() {
+                patch_configmap(c, ns, "app-config", json!({ "data": { "mode": mode } })).await;
+                let hash = cm_hash(&[("mode", mode)]);
+                let restarted = wait_for(&format!("the Rollout to record {mode}"), || async {
+                    let rollout = workload_json(c, ns, Kind::Rollout, "web").await;
+                    let record = rollout["metadata"]["annotations"][RELOADED_HASHES].as_str().unwrap_or_default();
+                    record.contains(&hash).then_some(rollout)
+                })
+                .await;
+                assert!(restarted["spec"]["restartAt"].is_string(), "a restart");
+                assert!(restarted["spec"]["template"].is_null(), "no template written on the Rollout");
+                assert_eq!(generation(c, ns, Kind::Rollout, "web").await, 2 + round as i64, "once per change");
+            }
+            assert_eq!(generation(c, ns, Kind::Deployment, "web-template").await, 1, "the Deployment is left alone");
+            controller.stop().await;
+            make_checkpoint_stale(&ctx, "app-config", &cm_hash(&[("mode", "b")])).await;
+            let controller = ctx.start_controller("again", &["--is-Argo-Rollouts=true"]).await;
+            assert_eq!(generation(c, ns, Kind::Rollout, "web").await, 3, "a replay restarts nothing");
             controller
         })
         .await;

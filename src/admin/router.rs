@@ -202,6 +202,7 @@ mod tests {
                 generation: 1,
                 rolled_out: true,
                 raw: None,
+                workload_ref: None,
             });
         }
         let fleet = FleetView {

@@ -510,6 +510,11 @@ impl Engine {
     /// The store's workload, unless our own later write is not yet reflected there.
     fn freshest(&mut self, stored: Arc<Workload>) -> Arc<Workload> {
         match self.overlay.get(&stored.key) {
+            // A Rollout running a Deployment's template: our write answered with none; the
+            // store's is the Deployment's.
+            Some(ours) if newer(&ours.resource_version, &stored.resource_version) && ours.workload_ref.is_some() => {
+                Arc::new(Workload { template: stored.template.clone(), ..(**ours).clone() })
+            }
             Some(ours) if newer(&ours.resource_version, &stored.resource_version) => ours.clone(),
             Some(_) => {
                 self.overlay.remove(&stored.key);

@@ -35,6 +35,11 @@ pub const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
 /// template rollout. Fixed in Reloader (no flag).
 pub const ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 
+/// On a CronJob's metadata: `patch` writes a reload into the CronJob's job template, so that its
+/// next scheduled Job runs with the new data, instead of creating a Job at once (Reloader's way,
+/// kept when the annotation is absent or says anything else). Reloader PR #1100, issue #822.
+pub const CRONJOB_RELOAD_STRATEGY: &str = "reloader.stakater.com/cronjob-reload-strategy";
+
 /// Written on workload metadata next to every reload: the hash acted on per resource, so that
 /// replaying a change is a no-op in the annotations strategy too (its pod-template annotation
 /// only remembers the latest resource). Metadata, not the template: writing it rolls nothing.
@@ -105,6 +110,7 @@ impl Keys {
             LAST_RELOADED_FROM.to_string(),
             RELOADED_HASHES.to_string(),
             ROLLOUT_STRATEGY.to_string(),
+            CRONJOB_RELOAD_STRATEGY.to_string(),
             COALESCE_WINDOW.to_string(),
         ]
     }

@@ -13,12 +13,13 @@
 //!  absent-in-list          a .../reload list names a resource the namespace lacks
 //!  invalid-pattern         a .../reload list entry that is no regular expression
 //!  invalid-duration        a pause period or coalesce window that is no duration, or too long
+//!  unknown-value           a rollout or CronJob reload strategy Reloader does not know
 //! ```
 
 use crate::reload::duration::{COALESCE_WINDOW_MAX, PAUSE_PERIOD_MAX, parse_go_duration, shown};
 use crate::reload::{
-    COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, compile_entry, named_entries,
-    parse_go_bool,
+    COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY,
+    compile_entry, named_entries, parse_go_bool,
 };
 use crate::watch::{Annotations, ResourceKind, Workload};
 
@@ -65,6 +66,7 @@ impl<'a> Known<'a> {
                 &keys.search,
                 &keys.pause_period,
                 ROLLOUT_STRATEGY,
+                CRONJOB_RELOAD_STRATEGY,
                 COALESCE_WINDOW,
             ],
             resource: vec![&keys.search_match, &keys.ignore],
@@ -144,6 +146,21 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
                     "both {:?} and {:?} are set: auto already reloads for every ConfigMap and Secret the workload \
                      uses, so search does nothing; remove one",
                     keys.auto, keys.search
+                ),
+            });
+        }
+    }
+    for (key, known) in [(ROLLOUT_STRATEGY, ["rollout", "restart"]), (CRONJOB_RELOAD_STRATEGY, ["create", "patch"])] {
+        let Some(value) = workload.annotations.get(key) else { continue };
+        if !known.contains(&value.as_str()) {
+            out.push(Finding {
+                code: "unknown-value",
+                annotation: key.to_string(),
+                message: format!(
+                    "{key:?} is {:?}, which is not {:?} or {:?}: it does what it does without the annotation",
+                    shown(value),
+                    known[0],
+                    known[1]
                 ),
             });
         }

@@ -25,7 +25,9 @@ pub use checkpoint::parse as parse_checkpoint;
 pub use duration::{DurationError, parse_go_duration};
 pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
 pub use env_var::env_var_name;
-pub use keys::{COALESCE_WINDOW, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys};
+pub use keys::{
+    COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys,
+};
 pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
 pub use pause::{merge_patch, pause_patch, resume_patch};
 pub use rules::{

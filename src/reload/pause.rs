@@ -76,6 +76,7 @@ mod tests {
             generation: 1,
             rolled_out: true,
             raw: None,
+            workload_ref: None,
         }
     }
 

@@ -168,7 +168,7 @@ fn plan_env_var(
     };
     let mut patch =
         json!({ "spec": { "template": { "spec": { "containers": [ { "name": container_name, "env": [env] } ] } } } });
-    if workload.key.kind.spec().records_in_metadata {
+    if records_in_metadata(workload) {
         let mut recorded = recorded_hashes(workload);
         match target {
             Target::Hash(h) => recorded.insert(record_key(kind, resource_name), h.to_string()),
@@ -183,8 +183,9 @@ fn plan_env_var(
 
 /// The hash the env-vars strategy recorded for the resource on `container`.
 fn recorded_env_var(workload: &Workload, kind: ResourceKind, resource_name: &str, container: usize) -> Option<String> {
-    if workload.key.kind.spec().records_in_metadata {
-        // The template is never written (a CronJob): the metadata record is the only one.
+    if records_in_metadata(workload) {
+        // The template is never written (a CronJob, a Rollout running a Deployment's
+        // template): the metadata record is the only one.
         return recorded_hashes(workload).remove(&record_key(kind, resource_name));
     }
     let var = env_var_name(resource_name, kind);
@@ -220,10 +221,35 @@ pub fn record_place(
     container: usize,
 ) -> String {
     let container = workload.template.containers.get(container).map(|c| c.name.as_str()).unwrap_or("?");
-    match strategy {
+    let place = match strategy {
         Strategy::EnvVars => format!("env var {} on container {container}", env_var_name(resource_name, kind)),
         Strategy::Annotations => format!("pod template annotation {LAST_RELOADED_FROM} (container {container})"),
+    };
+    if let Some(deployment) = &workload.workload_ref {
+        return format!(
+            "spec.restartAt of the Rollout, recorded on its metadata (it runs Deployment {deployment}'s pod template)"
+        );
     }
+    match workload.key.kind {
+        crate::watch::WorkloadKind::CronJob if patches_its_template(workload) => {
+            format!("{place}, in the CronJob's job template (cronjob-reload-strategy: patch; no Job now)")
+        }
+        crate::watch::WorkloadKind::CronJob => format!("{place}, in a Job created now from the job template"),
+        _ => place,
+    }
+}
+
+/// Whether a CronJob asks for its job template to be patched (`cronjob-reload-strategy:
+/// patch`) instead of a Job created at once.
+pub fn patches_its_template(workload: &Workload) -> bool {
+    workload.key.kind == crate::watch::WorkloadKind::CronJob
+        && workload.annotations.get(crate::reload::CRONJOB_RELOAD_STRATEGY).is_some_and(|s| s == "patch")
+}
+
+/// Whether a reload of `workload` is recorded on its metadata alone: its kind's template is
+/// never written (a CronJob), or it has none of its own (a Rollout with a `workloadRef`).
+fn records_in_metadata(workload: &Workload) -> bool {
+    workload.key.kind.spec().records_in_metadata || workload.workload_ref.is_some()
 }
 
 /// The key of one resource in the metadata record: `CONFIGMAP/name`.
@@ -340,6 +366,7 @@ mod tests {
             generation: 1,
             rolled_out: true,
             raw: None,
+            workload_ref: None,
         }
     }
 

@@ -7,7 +7,9 @@
 //!                  ─▶ MergePatch:     apply it to the stored containers, merge-PATCH with the
 //!                                     resourceVersion as precondition (+ restartAt) (Rollout, DC)
 //!                  ─▶ CreateJob:      apply it to the job template, POST a Job named after the
-//!                                     change, then record the hash on the CronJob's metadata
+//!                                     change, then record the hash on the CronJob's metadata;
+//!                                     with `cronjob-reload-strategy: patch`, PATCH it into the
+//!                                     CronJob's job template instead (no Job)
 //!                  ─▶ Recreate:       apply it to the Job's spec, DELETE (uid precondition), POST
 //! ```
 //! Every write is a no-op or a conflict when replayed: a CronJob's Job is named after the
@@ -59,6 +61,9 @@ impl Writes {
             match workload.key.kind.spec().write {
                 WriteMethod::StrategicPatch => self.strategic_patch(&workload.key, patch).await,
                 WriteMethod::MergePatch => self.merge_patch(workload, patch, now).await,
+                WriteMethod::CreateJob if crate::reload::strategy::patches_its_template(workload) => {
+                    self.patch_job_template(workload, patch).await
+                }
                 WriteMethod::CreateJob => self.create_job(workload, patch).await,
                 WriteMethod::Recreate => self.recreate(workload, patch).await,
             }
@@ -95,10 +100,19 @@ impl Writes {
     /// computed from; a 409 means someone else wrote first and the engine decides again.
     /// A Rollout annotated `rollout-strategy: restart` also gets `spec.restartAt` in the same
     /// patch (Reloader v2's choice: the template keeps the record, so a replay writes nothing).
+    ///
+    /// A Rollout running a Deployment's template (`workloadRef`) has no template to write: it is
+    /// restarted, and the record goes on its metadata (Reloader #1090).
     async fn merge_patch(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
         let mut body = json!({ "metadata": { "resourceVersion": workload.resource_version } });
         if let Some(annotations) = patch.pointer("/metadata/annotations") {
             body["metadata"]["annotations"] = annotations.clone();
+        }
+        if workload.workload_ref.is_some() {
+            body["spec"]["restartAt"] = json!(next_restart(workload.raw.as_deref(), now).to_string());
+            let api = self.raw_api(&workload.key);
+            let result = timed(api.patch(&workload.key.name, &params(), &Patch::Merge(&body))).await;
+            return gone_is_none(result.map(|updated| self.compactor.compact_raw(workload.key.kind, &updated)));
         }
         if let Some(annotations) = patch.pointer("/spec/template/metadata/annotations") {
             body["spec"]["template"]["metadata"]["annotations"] = annotations.clone();
@@ -111,7 +125,7 @@ impl Writes {
         if workload.key.kind == WorkloadKind::Rollout
             && workload.annotations.get(ROLLOUT_STRATEGY).is_some_and(|s| s == "restart")
         {
-            body["spec"]["restartAt"] = json!(now.round(jiff::Unit::Second).unwrap_or(now).to_string());
+            body["spec"]["restartAt"] = json!(next_restart(None, now).to_string());
         }
         let api = self.raw_api(&workload.key);
         let result = timed(api.patch(&workload.key.name, &params(), &Patch::Merge(&body))).await;
@@ -158,6 +172,19 @@ impl Writes {
         let record = json!({ "metadata": { "annotations": patch.pointer("/metadata/annotations") } });
         let api = self.raw_api(&cronjob.key);
         let result = timed(api.patch(name, &params(), &Patch::Merge(&record))).await;
+        gone_is_none(result.map(|updated| self.compactor.compact_raw(WorkloadKind::CronJob, &updated)))
+    }
+
+    /// `cronjob-reload-strategy: patch`: the reload goes into the CronJob's job template (the
+    /// strategy's template patch, moved under `jobTemplate.spec`), with the metadata record in
+    /// the same strategic-merge PATCH; no Job is created, the next scheduled one uses the data.
+    async fn patch_job_template(&self, cronjob: &Workload, patch: &Value) -> WriteResult {
+        let mut body = json!({ "metadata": patch.get("metadata").cloned().unwrap_or(Value::Null) });
+        if let Some(template) = patch.pointer("/spec/template") {
+            body["spec"] = json!({ "jobTemplate": { "spec": { "template": template } } });
+        }
+        let api = self.raw_api(&cronjob.key);
+        let result = timed(api.patch(&cronjob.key.name, &params(), &Patch::Strategic(&body))).await;
         gone_is_none(result.map(|updated| self.compactor.compact_raw(WorkloadKind::CronJob, &updated)))
     }
 
@@ -250,6 +277,19 @@ fn job_name(cronjob: &Workload, patch: &Value) -> String {
     format!("{}-{digest}", prefix.trim_end_matches(['-', '.']))
 }
 
+/// The `restartAt` that restarts every pod created before `now`: the next whole second (Argo
+/// restarts pods created before it, and waits for it to pass), and always later than the
+/// `previous` one, or two changes within a second would write one value and restart once.
+fn next_restart(previous: Option<&str>, now: jiff::Timestamp) -> jiff::Timestamp {
+    let second = jiff::SignedDuration::from_secs(1);
+    let ceiling = now.round(jiff::TimestampRound::new().smallest(jiff::Unit::Second).mode(jiff::RoundMode::Ceil));
+    let ceiling = ceiling.unwrap_or(now);
+    match previous.and_then(|p| p.parse::<jiff::Timestamp>().ok()).and_then(|p| p.checked_add(second).ok()) {
+        Some(after) if after > ceiling => after,
+        _ => ceiling,
+    }
+}
+
 fn stored_raw(workload: &Workload) -> Result<Value, String> {
     let raw = workload.raw.as_deref().ok_or_else(|| format!("{} has no stored template to write", workload.key))?;
     serde_json::from_str(raw).map_err(|e| format!("the stored template of {} is unreadable: {e}", workload.key))
@@ -296,6 +336,7 @@ mod tests {
             generation: 1,
             rolled_out: true,
             raw: None,
+            workload_ref: None,
         }
     }
 
@@ -308,5 +349,17 @@ mod tests {
         assert!(name.starts_with("nightly-") && name.len() == "nightly-".len() + 10, "{name}");
         let long = job_name(&cronjob(&"x".repeat(52)), &record("a"));
         assert_eq!(long.len(), 63);
+    }
+
+    #[test]
+    fn each_restart_is_later_than_the_last_and_not_before_the_change() {
+        let at = |s: &str| s.parse::<jiff::Timestamp>().expect("a timestamp");
+        let now = at("2026-12-06T10:00:00.300Z");
+        assert_eq!(next_restart(None, now), at("2026-12-06T10:00:01Z"), "the next whole second");
+        assert_eq!(next_restart(None, at("2026-12-06T10:00:00Z")), at("2026-12-06T10:00:00Z"));
+        let previous = next_restart(None, now).to_string();
+        assert_eq!(next_restart(Some(&previous), now), at("2026-12-06T10:00:02Z"), "a second change in that second");
+        assert_eq!(next_restart(Some("2026-12-06T09:00:00Z"), now), at("2026-12-06T10:00:01Z"));
+        assert_eq!(next_restart(Some("not a time"), now), at("2026-12-06T10:00:01Z"));
     }
 }

@@ -144,6 +144,10 @@ pub struct Workload {
     /// only for workloads whose annotations (or `--auto-reload-all`) may make them reload.
     /// `None` for the kinds written by a strategic-merge patch.
     pub raw: Option<Arc<str>>,
+    /// An Argo Rollout's `spec.workloadRef`: the Deployment (in its namespace) whose pod template
+    /// it runs. Its references are that Deployment's (the store fills them in), and a reload is
+    /// a restart of the Rollout recorded on its metadata, since it has no template to write.
+    pub workload_ref: Option<Arc<str>>,
 }
 
 /// The pod template parts that reference resources or record reloads.

@@ -14,7 +14,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::watch::{ResourceKey, ResourceKind, ResourceMap, ResourceState, Workload, WorkloadKey, WorkloadKind};
+use crate::watch::{
+    PodTemplate, ResourceKey, ResourceKind, ResourceMap, ResourceState, Workload, WorkloadKey, WorkloadKind,
+};
 
 #[derive(Default)]
 struct Inner {
@@ -25,6 +27,9 @@ struct Inner {
     /// Stored objects (resources and workloads) per namespace; a namespace is here while it
     /// has at least one.
     per_namespace: HashMap<Arc<str>, usize>,
+    /// Per Deployment, the Argo Rollouts that run its pod template (`spec.workloadRef`): they
+    /// are stored with its template, and stored again when it changes.
+    runs_template_of: HashMap<WorkloadKey, BTreeSet<WorkloadKey>>,
 }
 
 /// A stored resource.
@@ -231,8 +236,43 @@ impl Writer {
         keys_in(self.store.read().workloads.keys(), |k| k.kind == kind && in_scope(&k.namespace, namespace))
     }
 
-    /// Store a workload and re-index its references.
-    pub fn apply_workload(&self, mut workload: Workload) {
+    /// Store a workload and re-index its references. A Rollout with a `workloadRef` is stored
+    /// with its Deployment's pod template; a Deployment's Rollouts are stored again with its new
+    /// one (or none, once it is deleted).
+    pub fn apply_workload(&self, workload: Workload) {
+        let key = workload.key.clone();
+        let template = workload.template.clone();
+        self.insert_workload(workload);
+        if key.kind == WorkloadKind::Deployment {
+            self.refresh_runners(&key, Some(template));
+        }
+    }
+
+    /// The Rollouts running `deployment`'s pod template, stored again with `template`.
+    fn refresh_runners(&self, deployment: &WorkloadKey, template: Option<PodTemplate>) {
+        let runners: Vec<Arc<Workload>> = {
+            let inner = self.store.read();
+            let keys = inner.runs_template_of.get(deployment).into_iter().flatten();
+            keys.filter_map(|k| inner.workloads.get(k).cloned()).collect()
+        };
+        for runner in runners {
+            let mut updated = (*runner).clone();
+            updated.template = template.clone().unwrap_or_default();
+            self.insert_workload(updated);
+        }
+    }
+
+    fn insert_workload(&self, mut workload: Workload) {
+        {
+            let mut inner = self.write();
+            if let Some(old) = inner.workloads.get(&workload.key).cloned() {
+                unlink_runner(&mut inner, &old);
+            }
+            if let Some(deployment) = referenced_deployment(&workload) {
+                inner.runs_template_of.entry(deployment.clone()).or_default().insert(workload.key.clone());
+                workload.template = inner.workloads.get(&deployment).map(|d| d.template.clone()).unwrap_or_default();
+            }
+        }
         let explicit = self
             .store
             .explicit_keys
@@ -260,10 +300,16 @@ impl Writer {
     }
 
     pub fn delete_workload(&self, key: &WorkloadKey) {
-        let mut inner = self.write();
-        if let Some(old) = inner.workloads.remove(key) {
-            unindex(&mut inner, &old);
-            inner.count(&key.namespace, false);
+        {
+            let mut inner = self.write();
+            if let Some(old) = inner.workloads.remove(key) {
+                unindex(&mut inner, &old);
+                inner.count(&key.namespace, false);
+                unlink_runner(&mut inner, &old);
+            }
+        }
+        if key.kind == WorkloadKind::Deployment {
+            self.refresh_runners(key, None);
         }
     }
 
@@ -276,6 +322,7 @@ impl Writer {
         let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
         inner.refs.remove_namespace(namespace);
         inner.explicit.remove(namespace);
+        inner.runs_template_of.retain(|d, _| &*d.namespace != namespace);
         inner.per_namespace.remove(namespace);
         (resources, workloads)
     }
@@ -302,6 +349,20 @@ fn unindex(inner: &mut Inner, old: &Workload) {
     }
 }
 
+/// The Deployment whose pod template a Rollout runs (`spec.workloadRef`).
+fn referenced_deployment(workload: &Workload) -> Option<WorkloadKey> {
+    let name = workload.workload_ref.clone()?;
+    Some(WorkloadKey { kind: WorkloadKind::Deployment, namespace: workload.key.namespace.clone(), name })
+}
+
+/// Forget that `runner` runs its Deployment's template (deleted, or pointed elsewhere).
+fn unlink_runner(inner: &mut Inner, runner: &Workload) {
+    let Some(deployment) = referenced_deployment(runner) else { return };
+    if inner.runs_template_of.get_mut(&deployment).is_some_and(|r| r.remove(&runner.key) && r.is_empty()) {
+        inner.runs_template_of.remove(&deployment);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,6 +384,7 @@ mod tests {
             generation: 1,
             rolled_out: true,
             raw: None,
+            workload_ref: None,
         }
     }
 
@@ -408,5 +470,37 @@ mod tests {
         assert_eq!(store.namespace_count(), 1);
         writer.delete_resource(&cm("b", "cm"));
         assert_eq!(store.namespace_count(), 0);
+    }
+
+    #[test]
+    fn a_rollout_with_a_workload_ref_is_stored_with_its_deployments_template_and_follows_it() {
+        let (store, writer) = Store::new(vec![]);
+        let rollout = |to: &str| Workload {
+            key: WorkloadKey { kind: WorkloadKind::Rollout, namespace: "a".into(), name: "web".into() },
+            template: PodTemplate::default(),
+            workload_ref: Some(to.into()),
+            ..workload("a", "web", &[], &[])
+        };
+        writer.apply_workload(rollout("first")); // before its Deployment: no template yet
+        assert!(store.candidates(&cm("a", "cm-1")).is_empty());
+        writer.apply_workload(workload("a", "first", &["cm-1"], &[]));
+        assert_eq!(names(store.candidates(&cm("a", "cm-1"))), vec!["first", "web"]);
+        writer.apply_workload(workload("a", "first", &["cm-2"], &[]));
+        assert_eq!(names(store.candidates(&cm("a", "cm-2"))), vec!["first", "web"], "follows an update");
+        assert!(store.candidates(&cm("a", "cm-1")).is_empty());
+        // Pointed at another Deployment: the first one's changes no longer reach it.
+        writer.apply_workload(workload("a", "second", &["cm-3"], &[]));
+        writer.apply_workload(rollout("second"));
+        writer.apply_workload(workload("a", "first", &["cm-4"], &[]));
+        assert_eq!(names(store.candidates(&cm("a", "cm-4"))), vec!["first"]);
+        assert_eq!(names(store.candidates(&cm("a", "cm-3"))), vec!["second", "web"]);
+        writer.delete_workload(&WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "a".into(),
+            name: "second".into(),
+        });
+        assert!(store.candidates(&cm("a", "cm-3")).is_empty(), "its Deployment deleted: nothing to reload for");
+        writer.forget_namespace("a");
+        assert!(writer.write().runs_template_of.is_empty());
     }
 }

@@ -478,9 +478,18 @@ impl Compactor {
             })
         };
         let mut workload = self.workload(kind, &object.metadata, &template)?;
+        // An Argo Rollout that runs a Deployment's pod template (`spec.workloadRef`).
+        let reference = &object.spec["workloadRef"];
+        if kind == WorkloadKind::Rollout && reference["kind"] == "Deployment" {
+            workload.workload_ref = reference["name"].as_str().filter(|n| !n.is_empty()).map(Arc::from);
+        }
         let may_reload =
             self.raw_for_all || !workload.annotations.is_empty() || !workload.template.annotations.is_empty();
-        if may_reload {
+        if workload.workload_ref.is_some() {
+            // No template of its own: what a restart needs is the last `restartAt`, so that the
+            // next one is later (Argo restarts only pods created before it).
+            workload.raw = object.spec["restartAt"].as_str().map(Arc::from);
+        } else if may_reload {
             let raw = match kind.spec().write {
                 WriteMethod::CreateJob => object.spec["jobTemplate"].clone(),
                 WriteMethod::Recreate => {
@@ -525,6 +534,7 @@ impl Compactor {
             generation: meta.generation.unwrap_or(0),
             rolled_out: true,
             raw: None,
+            workload_ref: None,
         })
     }
 

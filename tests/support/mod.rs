@@ -8,6 +8,7 @@
 
 pub mod controller;
 pub mod crds;
+pub mod explain;
 pub mod fixtures;
 pub mod fleet;
 pub mod proxy;

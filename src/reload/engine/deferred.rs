@@ -350,6 +350,7 @@ mod tests {
             generation: 2,
             rolled_out,
             raw: None,
+            workload_ref: None,
         };
         writer.apply_workload(rolling(false));
         d.settle(&store, now);

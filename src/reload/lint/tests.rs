@@ -16,6 +16,7 @@ fn workload_with(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
         generation: 1,
         rolled_out: true,
         raw: None,
+        workload_ref: None,
     }
 }
 
@@ -142,4 +143,17 @@ fn durations_that_are_unusable_or_too_long_are_found() {
     assert!(found.iter().any(|f| f.annotation == COALESCE_WINDOW && f.message.contains("not a duration")), "{found:?}");
     let fine = workload(&keys, &workload_with(&[(period, "5m"), (COALESCE_WINDOW, "0")], &[]));
     assert!(fine.is_empty(), "{fine:?}");
+}
+
+#[test]
+fn a_strategy_value_reloader_does_not_know_is_found_and_known_ones_are_not() {
+    let keys = Keys::default();
+    for (key, value) in [(ROLLOUT_STRATEGY, "restart"), (CRONJOB_RELOAD_STRATEGY, "patch")] {
+        assert!(workload(&keys, &workload_with(&[(key, value)], &[])).is_empty(), "{key}: {value}");
+    }
+    let typo = workload(&keys, &workload_with(&[(CRONJOB_RELOAD_STRATEGY, "Patch")], &[]));
+    assert_eq!(codes(&typo), ["unknown-value"]);
+    assert!(typo[0].message.contains("\"Patch\", which is not \"create\" or \"patch\""), "{}", typo[0].message);
+    let rollout = workload(&keys, &workload_with(&[(ROLLOUT_STRATEGY, "restrat")], &[]));
+    assert_eq!(codes(&rollout), ["unknown-value"]);
 }

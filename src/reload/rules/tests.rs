@@ -61,6 +61,7 @@ fn explain_agrees(
         generation: 1,
         rolled_out: true,
         raw: None,
+        workload_ref: None,
     };
     let engine = Rules::new(keys.clone(), options.clone()).evaluate(kind, name, state, &workload);
     let (store, writer) = Store::new(keys.explicit_keys());
