@@ -14,7 +14,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools ca-c
 RUN rustup target add "$(uname -m)-unknown-linux-musl"
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin reloader --target "$(uname -m)-unknown-linux-musl" \
+# The commit and its time, reported in Reloader's reloader-meta-info ConfigMap.
+ARG REVISION=unknown
+ARG BUILD_TIME=0001-01-01T00:00:00Z
+RUN RELOADER_REVISION="${REVISION}" RELOADER_BUILD_TIME="${BUILD_TIME}" \
+    cargo build --release --locked --bin reloader --target "$(uname -m)-unknown-linux-musl" \
     && mkdir -p /out/etc/ssl/certs \
     && cp "target/$(uname -m)-unknown-linux-musl/release/reloader" /out/reloader \
     && cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/ca-certificates.crt
