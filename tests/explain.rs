@@ -27,12 +27,18 @@ fn verdict(report: &Value, other: &str) -> (bool, String) {
 }
 
 /// The pairs without the reason for an absent resource (only the command can tell a resource
-/// the label selector leaves out from one that does not exist).
+/// the label selector leaves out from one that does not exist), and hashes to the 12 hex digits
+/// the admin port shows (the command, run with the user's own credentials, shows them whole).
 fn decided(report: &Value) -> Value {
     let mut pairs = report["pairs"].clone();
     for pair in pairs.as_array_mut().into_iter().flatten() {
         if pair["rule"] == "resource-absent" {
             pair["reason"] = Value::Null;
+        }
+        for hash in ["current_hash", "recorded_hash"] {
+            if let Some(short) = pair[hash].as_str().map(|h| h.chars().take(12).collect::<String>()) {
+                pair[hash] = Value::String(short);
+            }
         }
     }
     pairs

@@ -37,10 +37,17 @@ fn config(ns: &str, identity: &str) -> lease::Config {
         lease_duration: Duration::from_secs(4),
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_millis(500),
-        ring: format!("shards={SHARDS}"),
+        ring: ring(SHARDS),
         release_on_cancel: true,
         hot_standby: false,
     }
+}
+
+/// The fingerprint of a hash ring of `shards` shards, as a replica records it.
+fn ring(shards: u32) -> String {
+    reloader_fleet::shard::Ring::with_placement(shards, reloader_fleet::shard::Placement::Hashring)
+        .expect("a valid shard count")
+        .fingerprint()
 }
 
 fn start(client: &Client, ns: &str, identity: &str) -> Replica {
@@ -51,7 +58,8 @@ fn start(client: &Client, ns: &str, identity: &str) -> Replica {
 fn spawn(client: &Client, config: lease::Config, working: Option<watch::Receiver<BTreeSet<u32>>>) -> Replica {
     let stop = CancellationToken::new();
     let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
-    let (ownership, task) = lease::spawn(client.clone(), config, working, None, metrics, stop.clone());
+    let (shards, task) = lease::spawn(client.clone(), config, working, None, metrics, stop.clone());
+    let ownership = shards.ownership;
     Replica { ownership, task, stop }
 }
 
@@ -163,7 +171,7 @@ async fn a_moving_shard_is_withdrawn_first_and_released_only_once_the_engine_let
 async fn replicas_of_different_rings_never_hold_shards_at_once() {
     with_temp_ns("leases-rings", |client, ns| async move {
         let start_ring = |identity: &str, shards: u32| {
-            spawn(&client, lease::Config { shards, ring: format!("shards={shards}"), ..config(&ns, identity) }, None)
+            spawn(&client, lease::Config { shards, ring: ring(shards), ..config(&ns, identity) }, None)
         };
         // An old fleet of 16 shards; a replica with 32 (a rolling update changing --shards)
         // sorts after it and waits.
@@ -174,12 +182,12 @@ async fn replicas_of_different_rings_never_hold_shards_at_once() {
         while Instant::now() < until {
             assert!(held(&new).is_empty(), "a replica of another ring took shards while the old one was live");
             if let Some(ring) = new.ownership.borrow().yielding_to.clone() {
-                assert_eq!(ring, "shards=16", "it says whom it waits for");
+                assert_eq!(ring, self::ring(16), "it says whom it waits for");
             }
             assert_eq!(held(&old).len(), 16);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(new.ownership.borrow().yielding_to.as_deref(), Some("shards=16"));
+        assert_eq!(new.ownership.borrow().yielding_to, Some(ring(16)));
         stop([old]).await;
         wait_for("the new replica to take all 32", || async { (held(&new).len() == 32).then_some(()) }).await;
         assert_eq!(new.ownership.borrow().yielding_to, None);
@@ -254,7 +262,8 @@ fn spawn_standby(client: &Client, ns: &str, identity: &str, loads: bool) -> Repl
     let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
     let (loaded_tx, loaded_rx) = watch::channel(Some(BTreeSet::new()));
     let config = lease::Config { hot_standby: true, ..config(ns, identity) };
-    let (ownership, task) = lease::spawn(client.clone(), config, None, Some(loaded_rx), metrics, stop.clone());
+    let (shards, task) = lease::spawn(client.clone(), config, None, Some(loaded_rx), metrics, stop.clone());
+    let ownership = shards.ownership;
     let mut follow = ownership.clone();
     tokio::spawn(async move {
         while follow.changed().await.is_ok() {
@@ -414,7 +423,8 @@ async fn reloaders_own_lock_is_respected_until_it_expires_then_adopted() {
         let stop = CancellationToken::new();
         let config = lease::Config { prefix: "stakater-reloader-lock".into(), shards: 1, ..config(&ns, "replica-new") };
         let metrics = lease::Metrics::register(&prometheus::Registry::new()).expect("fresh registry");
-        let (ownership, task) = lease::spawn(client.clone(), config, None, None, metrics, stop.clone());
+        let (shards, task) = lease::spawn(client.clone(), config, None, None, metrics, stop.clone());
+        let ownership = shards.ownership;
         let started = Instant::now();
         let mut respected = true;
         while started.elapsed() < Duration::from_secs(2) {
@@ -442,7 +452,7 @@ async fn a_shard_lease_left_by_a_stranger_with_a_day_long_duration_is_taken_afte
         let ghost: Lease = serde_json::from_value(serde_json::json!({
             "metadata": { "name": "fleet-shard-3",
                           "labels": { lease::FLEET_LABEL: "fleet", lease::ROLE_LABEL: "shard" },
-                          "annotations": { lease::RING_ANNOTATION: format!("shards={SHARDS}") } },
+                          "annotations": { lease::RING_ANNOTATION: ring(SHARDS) } },
             "spec": { "holderIdentity": "gone-replica", "leaseDurationSeconds": 86400,
                       "renewTime": jiff::Timestamp::now().to_string() }
         }))
@@ -470,18 +480,18 @@ async fn malformed_shard_leases_are_taken_over_without_a_crash() {
         // of odd characters with no duration; a renewal time a century ahead; a ring
         // annotation that is no ring.
         let specs = [
-            (1, serde_json::json!({}), "shards=16"),
+            (1, serde_json::json!({}), ring(SHARDS)),
             (
                 2,
                 serde_json::json!({ "holderIdentity": "\u{1F4A5} not a pod/..", "renewTime": far_future }),
-                "shards=16",
+                ring(SHARDS),
             ),
             (
                 4,
                 serde_json::json!({ "holderIdentity": "x", "leaseDurationSeconds": 1, "renewTime": far_future }),
-                "garbage",
+                "garbage".to_string(),
             ),
-            (5, serde_json::json!({ "holderIdentity": "", "leaseDurationSeconds": 30 }), ""),
+            (5, serde_json::json!({ "holderIdentity": "", "leaseDurationSeconds": 30 }), String::new()),
         ];
         for (shard, spec, ring) in specs {
             let lease: Lease = serde_json::from_value(serde_json::json!({

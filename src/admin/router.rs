@@ -30,6 +30,13 @@ pub struct AdminState {
     pub warnings: Arc<std::sync::RwLock<Vec<String>>>,
 }
 
+impl AdminState {
+    /// Add a warning to `/readyz`'s body.
+    pub fn warn(&self, warning: String) {
+        self.warnings.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(warning);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An admin address could not be bound (in use, or no permission). Retrying will not help.

@@ -5,13 +5,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::lease::manager::Ownership;
 use crate::lease::metrics::Metrics;
+use crate::lease::ownership::Publisher;
 
 /// How often the fence task checks renew deadlines.
 const FENCE_CHECK: Duration = Duration::from_millis(100);
@@ -20,7 +19,7 @@ const FENCE_CHECK: Duration = Duration::from_millis(100);
 /// `renew_deadline` ago or more, independently of the rounds (which may hang on a slow API).
 pub(super) async fn fence(
     last_ok_send: Arc<Mutex<HashMap<u32, Instant>>>,
-    tx: Arc<watch::Sender<Ownership>>,
+    tx: Arc<Publisher>,
     renew_deadline: Duration,
     metrics: Metrics,
     stop: CancellationToken,

@@ -25,7 +25,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::debug;
 
-use super::manager::{FLEET_LABEL, holder_of, is_role};
+use super::record::{FLEET_LABEL, holder_of, is_role};
 
 /// On a membership Lease: the replica is leaving; place shards without it.
 pub const LEAVING_ANNOTATION: &str = "reloader-fleet.stakater.com/leaving";

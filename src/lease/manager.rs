@@ -54,19 +54,13 @@ use crate::lease::handoff::{
     LEAVING_ANNOTATION, Leaving, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events, warm_of,
 };
 use crate::lease::metrics::Metrics;
+use crate::lease::ownership::{Ownership, Publisher, ShardState, ShardStatus, Shards};
 use observe::{Listing, Look, Observed};
-pub(super) use observe::{holder_of, is_role};
 use writes::Action;
 
 mod observe;
 mod writes;
 
-/// Label on every Lease of a fleet; the value is the fleet's lease name prefix.
-pub const FLEET_LABEL: &str = "reloader-fleet.stakater.com/fleet";
-/// Label telling shard Leases (`shard`) from membership Leases (`member`).
-pub const ROLE_LABEL: &str = "reloader-fleet.stakater.com/role";
-/// Annotation on every Lease of a fleet: the writer's ring fingerprint.
-pub const RING_ANNOTATION: &str = "reloader-fleet.stakater.com/ring";
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the fleet's Leases are looked at (renewals still wait for the retry period).
 const OBSERVE_PERIOD: Duration = Duration::from_millis(500);
@@ -112,67 +106,6 @@ impl Config {
     }
 }
 
-/// The state of one shard as this replica sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShardState {
-    /// Held here and renewed in time: this replica acts on it.
-    Active,
-    /// Held here on record, but not renewed within the deadline: this replica does not act.
-    Fenced,
-    /// Held here, withdrawn to move to another replica once the engine let go of it.
-    Draining,
-    /// Held by another replica.
-    Elsewhere,
-    /// Nobody holds it (or the holder's Lease expired).
-    Free,
-}
-
-/// One shard in [`Ownership`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ShardStatus {
-    pub shard: u32,
-    pub holder: String,
-    pub state: ShardState,
-    /// Seconds since this replica saw the Lease change (renewals included).
-    pub observed_age_secs: u64,
-}
-
-/// What the lease task publishes after every round.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ownership {
-    /// Shards this replica may act on now.
-    pub held: BTreeSet<u32>,
-    pub shards: Vec<ShardStatus>,
-    /// Live members, sorted, this replica included.
-    pub members: Vec<String>,
-    /// The ring of a live replica this one gives way to (it then holds nothing).
-    pub yielding_to: Option<String>,
-    /// Shards this replica is to get and does not hold yet (another live replica still holds
-    /// them, or they are free and about to be acquired): to watch now, so that they are loaded
-    /// when their holder hands them over (see [`crate::lease::handoff`]).
-    pub warming: BTreeSet<u32>,
-    /// With `--hot-standby`: the shards this replica would be given if any one other replica
-    /// left, loaded beforehand so that the departure (a rolling update's SIGTERM, a crash)
-    /// moves no data, only Leases.
-    pub standby: BTreeSet<u32>,
-    /// This replica is leaving: it hands its shards over, one by one, and gains none.
-    pub leaving: bool,
-}
-
-impl Ownership {
-    /// The shards for the watches to load, given those they load now: the held, the warming
-    /// and the standby ones. A leaving replica's watches keep what they load until it holds nothing:
-    /// narrowing them to the shards still held would relist those (server-sharded watches
-    /// restart with a smaller selector) while the heirs list what they gain, on the same API
-    /// server. Its engine acts on held shards only.
-    pub fn to_watch(&self, watching: &BTreeSet<u32>) -> BTreeSet<u32> {
-        if self.leaving && !self.held.is_empty() {
-            return watching.union(&self.held).copied().collect();
-        }
-        self.held.iter().chain(&self.warming).chain(&self.standby).copied().collect()
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Releasing the Leases at shutdown failed; the next owner waits for them to expire.
@@ -202,8 +135,8 @@ pub fn spawn(
     loaded: Option<watch::Receiver<Option<BTreeSet<u32>>>>,
     metrics: Metrics,
     shutdown: CancellationToken,
-) -> (watch::Receiver<Ownership>, JoinHandle<Result<(), Error>>) {
-    let (tx, rx) = watch::channel(Ownership::default());
+) -> (Shards, JoinHandle<Result<(), Error>>) {
+    let (publisher, shards) = Publisher::new();
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let task = Manager {
         api,
@@ -211,21 +144,18 @@ pub fn spawn(
         observed: HashMap::new(),
         last_ok_send: Arc::default(),
         draining: HashMap::new(),
-        working,
-        loaded,
+        peers: Peers { working, loaded },
         metrics,
         adopted: HashMap::new(),
-        member_renewed: None,
-        member_written: None,
+        member: Membership::default(),
         yielding_to: None,
         leaving: None,
         warming: BTreeSet::new(),
-        standby: BTreeSet::new(),
-        standby_target: None,
+        standby: Standby::default(),
         heir_waits: HashMap::new(),
         must_list: false,
     };
-    (rx, tokio::spawn(task.run(tx, shutdown)))
+    (shards, tokio::spawn(task.run(publisher, shutdown)))
 }
 
 struct Manager {
@@ -237,16 +167,13 @@ struct Manager {
     last_ok_send: Arc<Mutex<HashMap<u32, Instant>>>,
     /// Shards withdrawn from `held` and waiting for the engine to let go, since when.
     draining: HashMap<u32, Instant>,
-    working: Option<watch::Receiver<BTreeSet<u32>>>,
-    /// The shards the watches have loaded; `None`: this replica does not warm or report.
-    loaded: Option<watch::Receiver<Option<BTreeSet<u32>>>>,
+    /// What the engine and the watches report.
+    peers: Peers,
     metrics: Metrics,
     /// Leases without our labels (Reloader's lock), observed by GET until we write them.
     adopted: HashMap<String, Observed>,
-    /// When the membership Lease was last renewed.
-    member_renewed: Option<Instant>,
-    /// The handoff annotations the membership Lease was last written with.
-    member_written: Option<BTreeMap<String, String>>,
+    /// This replica's membership Lease.
+    member: Membership,
     /// The other ring this replica currently gives way to, if any.
     yielding_to: Option<String>,
     /// Since when this replica has been leaving (shutdown, handing its shards over).
@@ -254,17 +181,39 @@ struct Manager {
     /// See [`Ownership::warming`].
     warming: BTreeSet<u32>,
     /// See [`Ownership::standby`].
-    standby: BTreeSet<u32>,
-    /// The standby to grow towards, and the members and placement it was computed from.
-    standby_target: Option<(Vec<String>, Vec<String>, BTreeSet<u32>)>,
+    standby: Standby,
     /// Shards to hand over whose heir has not reported them loaded yet, since when.
     heir_waits: HashMap<u32, Instant>,
     /// A write lost a race: the next round LISTs, whatever started it.
     must_list: bool,
 }
 
+/// What the other rooms report to the lease task.
+struct Peers {
+    /// The shards the engine still acts on (a shard to move is released once gone from it).
+    working: Option<watch::Receiver<BTreeSet<u32>>>,
+    /// The shards the watches have loaded; `None`: this replica does not warm or report.
+    loaded: Option<watch::Receiver<Option<BTreeSet<u32>>>>,
+}
+
+#[derive(Default)]
+struct Membership {
+    /// When the membership Lease was last renewed.
+    renewed: Option<Instant>,
+    /// The handoff annotations the membership Lease was last written with.
+    written: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Default)]
+struct Standby {
+    /// The shards loaded for the hot standby.
+    shards: BTreeSet<u32>,
+    /// The standby to grow towards, and the members and placement it was computed from.
+    target: Option<(Vec<String>, Vec<String>, BTreeSet<u32>)>,
+}
+
 impl Manager {
-    async fn run(mut self, tx: watch::Sender<Ownership>, shutdown: CancellationToken) -> Result<(), Error> {
+    async fn run(mut self, tx: Publisher, shutdown: CancellationToken) -> Result<(), Error> {
         let tx = Arc::new(tx);
         let fence_stop = shutdown.child_token();
         let fence = tokio::spawn(fence(
@@ -313,8 +262,8 @@ impl Manager {
                     }
                     look = Look::seen(sightings);
                 }
-                Some(()) = changed(self.loaded.as_mut()) => {}
-                Some(()) = changed(self.working.as_mut()), if draining => {}
+                Some(()) = changed(self.peers.loaded.as_mut()) => {}
+                Some(()) = changed(self.peers.working.as_mut()), if draining => {}
             }
             // However long a round takes under load, the fence task withdraws shards on time.
             let (cause, started) = (look.cause(), Instant::now());
@@ -327,7 +276,7 @@ impl Manager {
                     holding: self.held_on_record().next().is_some(),
                     heirs_report: self.heirs_report(),
                     waited_out: since.elapsed() >= self.config.renew_deadline,
-                    serving: is_open(self.working.as_ref()) && is_open(self.loaded.as_ref()),
+                    serving: is_open(self.peers.working.as_ref()) && is_open(self.peers.loaded.as_ref()),
                 };
                 if leaving.done() {
                     break;
@@ -338,9 +287,9 @@ impl Manager {
         // the next owners take them at once.
         fence_stop.cancel();
         let _ = fence.await;
-        tx.send_modify(|o| o.held.clear());
+        tx.send_if_modified(|o| !std::mem::take(&mut o.held).is_empty());
         self.metrics.shards_held.set(0);
-        if let Some(working) = self.working.as_mut() {
+        if let Some(working) = self.peers.working.as_mut() {
             let drained = working.wait_for(BTreeSet::is_empty);
             let _ = tokio::time::timeout(self.config.renew_deadline, drained).await;
         }
@@ -352,7 +301,7 @@ impl Manager {
     }
 
     /// Publish what this replica may act on and what it warms, when that changed.
-    fn publish(&self, tx: &watch::Sender<Ownership>) {
+    fn publish(&self, tx: &Publisher) {
         let ownership = self.ownership(Instant::now());
         let lost = tx.borrow().held.difference(&ownership.held).count();
         self.metrics.losses.inc_by(lost as u64);
@@ -373,7 +322,7 @@ impl Manager {
     /// One look at the fleet's Leases and what follows from it: renew, release, acquire. What
     /// it withdraws and what it is to warm are published before the writes are sent, and the
     /// writes are sent at once.
-    async fn round(&mut self, tx: &watch::Sender<Ownership>, look: Look) {
+    async fn round(&mut self, tx: &Publisher, look: Look) {
         let now = Instant::now();
         let current = !self.must_list
             && !self.observed.is_empty()
@@ -429,7 +378,7 @@ impl Manager {
             .collect();
         // Free shards too: between this round's publish and its acquisition, a shard the
         // previous holder just released must stay watched, or the watches drop and relist it.
-        let warming: BTreeSet<u32> = match self.loaded {
+        let warming: BTreeSet<u32> = match self.peers.loaded {
             Some(_) => desired
                 .iter()
                 .filter(|s| holder_refs[**s as usize] != Some(self.config.identity.as_str()))
@@ -447,9 +396,9 @@ impl Manager {
             self.warming = warming;
         }
         let standby = self.next_standby(settled, &placing, &placed, &desired);
-        if standby != self.standby {
+        if standby != self.standby.shards {
             info!(shards = %format_shards(&standby), "hot standby: loading the shards this replica would be given if another left");
-            self.standby = standby;
+            self.standby.shards = standby;
         }
         let mut actions = Vec::new();
         for shard in 0..self.config.shards {
@@ -516,16 +465,16 @@ impl Manager {
         placed: &[&str],
         desired: &BTreeSet<u32>,
     ) -> BTreeSet<u32> {
-        let Some(loaded) = &self.loaded else { return BTreeSet::new() };
+        let Some(loaded) = &self.peers.loaded else { return BTreeSet::new() };
         if !self.config.hot_standby || self.leaving.is_some() || placed.is_empty() {
             return BTreeSet::new();
         }
         if !settled {
-            return self.standby.difference(desired).copied().collect();
+            return self.standby.shards.difference(desired).copied().collect();
         }
         let loaded = loaded.borrow().clone().unwrap_or_default();
         let target = self.standby_target(placing, placed);
-        let mut kept: BTreeSet<u32> = self.standby.intersection(&target).copied().collect();
+        let mut kept: BTreeSet<u32> = self.standby.shards.intersection(&target).copied().collect();
         let watched_loaded = desired.iter().chain(&kept).all(|s| loaded.contains(s));
         if let Some(next) = target.difference(&kept).next().filter(|_| watched_loaded) {
             kept.insert(*next);
@@ -536,7 +485,7 @@ impl Manager {
     /// What `--hot-standby` grows towards for this placement, computed again only when the
     /// members or the placement changed (each is a placement per other member: R x S scores).
     fn standby_target(&mut self, placing: &[String], placed: &[&str]) -> BTreeSet<u32> {
-        if let Some((members, placement, target)) = &self.standby_target
+        if let Some((members, placement, target)) = &self.standby.target
             && members == placing
             && placement.iter().map(String::as_str).eq(placed.iter().copied())
         {
@@ -544,7 +493,7 @@ impl Manager {
         }
         let target = standby(self.config.shards, placing, &self.config.identity, placed);
         let placement = placed.iter().map(|m| (*m).to_string()).collect();
-        self.standby_target = Some((placing.to_vec(), placement, target.clone()));
+        self.standby.target = Some((placing.to_vec(), placement, target.clone()));
         target
     }
 
@@ -597,10 +546,10 @@ impl Manager {
         if self.leaving.is_some() {
             annotations.insert(LEAVING_ANNOTATION.to_string(), "true".to_string());
         }
-        if let Some(loaded) = &self.loaded {
+        if let Some(loaded) = &self.peers.loaded {
             let loaded = loaded.borrow().clone().unwrap_or_default();
             let warm: BTreeSet<u32> =
-                self.warming.iter().chain(&self.standby).filter(|s| loaded.contains(s)).copied().collect();
+                self.warming.iter().chain(&self.standby.shards).filter(|s| loaded.contains(s)).copied().collect();
             annotations.insert(WARM_ANNOTATION.to_string(), format_shards(&warm));
         }
         annotations
@@ -621,7 +570,7 @@ impl Manager {
             self.draining.insert(shard, Instant::now());
             return false;
         };
-        let let_go = self.working.as_ref().is_none_or(|w| !w.borrow().contains(&shard));
+        let let_go = self.peers.working.as_ref().is_none_or(|w| !w.borrow().contains(&shard));
         let_go || since.elapsed() >= self.config.renew_deadline
     }
 
@@ -679,7 +628,7 @@ impl Manager {
             members,
             yielding_to: self.yielding_to.clone(),
             warming: self.warming.clone(),
-            standby: self.standby.clone(),
+            standby: self.standby.shards.clone(),
             leaving: self.leaving.is_some(),
         }
     }

@@ -21,7 +21,6 @@
 //! tell "changed" from "unchanged" and keep about 12,000 resources within the 1 MiB object limit.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
@@ -29,6 +28,7 @@ use kube::{Api, Client};
 
 use tracing::error;
 
+use crate::reload::api::API_TIMEOUT;
 use crate::shard::{is_dns_label, is_dns_subdomain};
 use crate::watch::{DataHash, INTERNAL_LABEL, ResourceKey, ResourceKind, ResourceMap};
 
@@ -36,7 +36,6 @@ const DATA_KEY: &str = "checkpoint";
 /// The labels every checkpoint carries: `app.kubernetes.io/managed-by`, and the internal
 /// label the watches skip.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "reloader-fleet");
-const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The short form of a hash kept in the checkpoint.
 pub type ShortHash = u64;

@@ -23,6 +23,7 @@ use tokio_util::time::DelayQueue;
 use tracing::{debug, info, warn};
 
 use crate::reload::alert::{Alert, Sink};
+use crate::reload::api::retry_delay;
 use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
 use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
 use crate::reload::events::{Events, WritesOut};
@@ -48,12 +49,8 @@ pub(crate) use report::workload_reference;
 use shards::{Load, SaveResults, Saving};
 
 /// Field manager of every write, as Reloader's.
-pub const FIELD_MANAGER: &str = "Reloader";
-pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long acted-on hashes may wait before the checkpoint is saved.
 const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
-const RETRY_BASE: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(60);
 /// How often paused Deployments are checked for the end of their pause period.
 const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
@@ -769,11 +766,6 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-/// The one backoff rule for retries: doubling from 200 ms, capped at a minute.
-pub(crate) fn retry_delay(attempt: u32) -> Duration {
-    RETRY_BASE.saturating_mul(1u32 << attempt.min(16)).min(RETRY_MAX)
-}
-
 /// Whether resourceVersion `a` is later than `b`. They are etcd revisions in practice; an
 /// unparseable one is never "newer", so the store wins.
 fn newer(a: &str, b: &str) -> bool {
@@ -786,13 +778,6 @@ fn newer(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_delay_doubles_and_caps() {
-        assert_eq!(retry_delay(1), Duration::from_millis(400));
-        assert_eq!(retry_delay(2), Duration::from_millis(800));
-        assert_eq!(retry_delay(30), RETRY_MAX);
-    }
 
     #[test]
     fn resource_versions_compare_numerically() {

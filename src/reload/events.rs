@@ -14,7 +14,7 @@ use prometheus::{IntCounter, IntGauge};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::{debug, warn};
 
-use crate::reload::engine::API_TIMEOUT;
+use crate::reload::api::API_TIMEOUT;
 
 /// Events sent at once; more wait their turn in the background.
 pub(crate) const EVENT_POSTS: usize = 8;

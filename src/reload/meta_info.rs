@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::reload::write::timed;
+use crate::reload::api::timed;
 
 /// The ConfigMap's name and label, as Reloader v1 writes them.
 pub const NAME: &str = "reloader-meta-info";

@@ -4,6 +4,7 @@
 //! Actions: the engine (`run`) and the checkpoint it keeps in the cluster.
 
 mod alert;
+mod api;
 mod checkpoint;
 pub mod duration;
 mod engine;
@@ -21,9 +22,10 @@ mod webhook;
 mod write;
 
 pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender as run_alert_sender};
+pub use api::FIELD_MANAGER;
 pub use checkpoint::parse as parse_checkpoint;
 pub use duration::{DurationError, parse_go_duration};
-pub use engine::{Config, Error, FIELD_MANAGER, Inputs, Outputs, run};
+pub use engine::{Config, Error, Inputs, Outputs, run};
 pub use env_var::env_var_name;
 pub use keys::{
     COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys,

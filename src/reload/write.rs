@@ -23,7 +23,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sha1::{Digest, Sha1};
 
-use crate::reload::engine::{API_TIMEOUT, FIELD_MANAGER, retry_delay};
+use crate::reload::api::{API_TIMEOUT, FIELD_MANAGER, retry_delay, timed};
 use crate::reload::events::WritesOut;
 use crate::reload::{RELOADED_HASHES, ROLLOUT_STRATEGY, apply_strategic};
 use crate::watch::{
@@ -301,14 +301,6 @@ fn params() -> PatchParams {
 
 fn post_params() -> PostParams {
     PostParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PostParams::default() }
-}
-
-/// `call`, or an error once the API timeout has passed.
-pub(crate) async fn timed<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
-    match tokio::time::timeout(API_TIMEOUT, call).await {
-        Ok(result) => result,
-        Err(_) => Err(kube::Error::Service(format!("timed out after {API_TIMEOUT:?}").into())),
-    }
 }
 
 /// A 404 means the workload is gone: nothing to write, nothing to retry.

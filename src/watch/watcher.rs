@@ -36,6 +36,7 @@ use crate::watch::{
 
 mod bridge;
 mod csi_events;
+mod events;
 mod list_watch;
 mod opening;
 mod seed;

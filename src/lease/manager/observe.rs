@@ -17,8 +17,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, ObjectList};
 use tokio::time::Instant;
 
-use super::{API_TIMEOUT, FLEET_LABEL, Manager, RING_ANNOTATION, ROLE_LABEL};
+use super::{API_TIMEOUT, Manager};
 use crate::lease::handoff::Sighting;
+use crate::lease::record::{FLEET_LABEL, RING_ANNOTATION, holder_of, is_role};
 use crate::lease::revision;
 use crate::shard::is_fingerprint;
 
@@ -27,11 +28,6 @@ use crate::shard::is_fingerprint;
 pub(super) struct Observed {
     pub lease: Lease,
     pub changed_at: Instant,
-}
-
-/// Who holds a Lease; empty when nobody does.
-pub(in crate::lease) fn holder_of(lease: &Lease) -> &str {
-    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
 }
 
 impl Observed {
@@ -247,10 +243,6 @@ fn supersedes(seen: &Lease, known: Option<&Lease>) -> Option<bool> {
         None => Some(true),
         Some(known) => Some(seen > revision(known.metadata.resource_version.as_deref())?),
     }
-}
-
-pub(in crate::lease) fn is_role(lease: &Lease, role: &str) -> bool {
-    lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).is_some_and(|r| r == role)
 }
 
 #[cfg(test)]

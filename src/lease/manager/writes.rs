@@ -14,8 +14,9 @@ use kube::api::{ObjectMeta, PostParams};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{API_TIMEOUT, FLEET_LABEL, Manager, Observed, RING_ANNOTATION, ROLE_LABEL, is_conflict};
+use super::{API_TIMEOUT, Manager, Observed, is_conflict};
 use crate::lease::fence::lock;
+use crate::lease::record::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
 
 /// One Lease write a round decided on.
 pub(super) enum Action {
@@ -49,8 +50,8 @@ impl Manager {
     /// others about a handoff changed.
     pub(super) fn membership_action(&self) -> Option<Action> {
         let annotations = self.handoff_annotations();
-        let news = self.member_written.as_ref() != Some(&annotations);
-        if !news && self.member_renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
+        let news = self.member.written.as_ref() != Some(&annotations);
+        if !news && self.member.renewed.is_some_and(|at| at.elapsed() < self.config.retry_period) {
             return None;
         }
         let name = self.config.member_lease_name(&self.config.identity);
@@ -100,8 +101,8 @@ impl Manager {
                 self.adopted.insert(name, observed);
             }
             Applied::Member { name, observed, annotations } => {
-                self.member_renewed = Some(observed.changed_at);
-                self.member_written = Some(annotations);
+                self.member.renewed = Some(observed.changed_at);
+                self.member.written = Some(annotations);
                 self.observed.insert(name, observed);
             }
             Applied::Conflict => self.must_list = true,

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
 
-use super::list_watch::Events;
+use super::events::Events;
 
 /// How often the bridge looks for namespaces that no longer listen (stopped streams).
 const PRUNE_EVERY: Duration = Duration::from_secs(1);

@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use super::bridge::{Bridge, Feed};
-use super::list_watch::watch_params;
+use super::events::watch_params;
 
 /// Gained namespaces at least, for a seed: below, their own LISTs are few.
 pub(super) const SEED_MIN_NAMESPACES: usize = 16;

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::lease::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
+use crate::shard::{NamespaceFilter, Ring};
 use anyhow::Context;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::{Api, Client};
-use reloader_fleet::lease::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
-use reloader_fleet::shard::{NamespaceFilter, Ring};
 
 /// Print the fleet's shards as a table on stdout. The ring (shard count and placement) is the
 /// one the shard Leases record (their ring annotation); `fallback` only when they record none.

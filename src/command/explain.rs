@@ -4,17 +4,17 @@
 
 use std::collections::BTreeSet;
 
+use crate::reload::explain::{self, Scope, Serving, Subject};
+use crate::reload::{Keys, Options, Rules};
+use crate::shard::{LabelSelector, NamespaceFilter, Ring};
+use crate::watch::{
+    Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
+    SlimSpcPodStatus, Store, WorkloadKey, Writer,
+};
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::{Api, Client};
-use reloader_fleet::reload::explain::{self, Scope, Serving, Subject};
-use reloader_fleet::reload::{Keys, Options, Rules};
-use reloader_fleet::shard::{LabelSelector, NamespaceFilter, Ring};
-use reloader_fleet::watch::{
-    Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
-    SlimSpcPodStatus, Store, WorkloadKey, Writer,
-};
 
 /// Everything the command decides with, as the controller would with the same flags.
 pub struct Request<'a> {
@@ -55,7 +55,7 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
         let selection = request.filter.select(ns, &labels);
         serving.not_selected = (!selection.is_selected()).then(|| selection.reason().to_string());
     }
-    match crate::fleet_status::serving(client.clone(), &request.lease_namespace, request.lease_prefix, request.ring, ns)
+    match super::fleet_status::serving(client.clone(), &request.lease_namespace, request.lease_prefix, request.ring, ns)
         .await
     {
         Ok(Some((shard, replica))) => (serving.shard, serving.replica) = (Some(shard), replica),

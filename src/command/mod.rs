@@ -1,0 +1,41 @@
+//! Commands for people, run with the user's kubeconfig and the controller's flags (so that they
+//! decide as the controller would), printing on stdout: `explain` and `fleet status`.
+
+mod explain;
+mod fleet_status;
+
+use crate::cli::{Command, FleetCommand, Settings};
+use crate::runtime::{self, compactor, discover, fleet_namespace};
+
+/// Run `command`.
+pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
+    let connection = runtime::connect(&settings).await?;
+    let client = connection.client.clone();
+    let lease_namespace = fleet_namespace(&settings.fleet.lease_namespace, &settings.env, &client);
+    let lease_prefix = settings.fleet.lease_prefix.as_str();
+    match command {
+        Command::Fleet { what: FleetCommand::Status } => {
+            fleet_status::print(client, &lease_namespace, lease_prefix, &connection.ring, &settings.watch.filter).await
+        }
+        Command::Explain { target, namespace, output } => {
+            let watched = discover(&client, &settings.watch).await;
+            let reload = &settings.reload;
+            let request = explain::Request {
+                target: &target,
+                namespace: namespace.unwrap_or_else(|| client.default_namespace().to_string()),
+                json: output == "json",
+                keys: reload.keys.clone(),
+                options: crate::reload::Options { auto_reload_all: reload.auto_reload_all },
+                scope: watched.scope(reload.strategy),
+                compactor: compactor(&settings),
+                filter: &settings.watch.filter,
+                scoped_namespaces: settings.watch.scoped_namespaces.as_deref(),
+                resource_label_selector: settings.watch.resource_label_selector.as_ref(),
+                lease_namespace,
+                lease_prefix,
+                ring: &connection.ring,
+            };
+            explain::print(client, request).await
+        }
+    }
+}

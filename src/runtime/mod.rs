@@ -1,0 +1,410 @@
+//! The controller process, from checked [`Settings`] to running rooms. [`Runtime::build`]
+//! connects to the API server and decides what to watch; [`Runtime::run`] starts each room's
+//! task and supervises them all: a task that ends before shutdown is logged, and the process
+//! shuts down cleanly (Leases handed over, checkpoints saved) and exits with an error for the
+//! kubelet to restart it.
+//!
+//! ```text
+//!  lease ──held──────────────▶ reload engine ──▶ PATCH / Job / webhook
+//!    └──watched──▶ watch ──changes──┘   └──▶ alerts, Events
+//!  admin reads the store, the ownership and every room's metrics
+//! ```
+
+mod discovery;
+mod places;
+mod tasks;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use kube::Client;
+use kube::runtime::events::Reporter;
+use tokio::sync::{mpsc, watch as latest};
+use tracing::{info, warn};
+
+pub use discovery::{Watched, discover};
+pub use places::fleet_namespace;
+
+use crate::cli::Settings;
+use crate::reload::{self, Options};
+use crate::shard::{Placement, Ring};
+use crate::{admin, client, lease, watch};
+use tasks::Tasks;
+
+/// How many changes may wait between the watches and the engine.
+const CHANGE_QUEUE: usize = 1024;
+/// Stored objects waiting for the annotation lint; beyond it a message is dropped (the lint
+/// never holds up the watches).
+const LINT_QUEUE: usize = 16 * 1024;
+/// How long shutdown waits for the engine to save its checkpoint.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A client to the API server and what the rooms share: the metrics registry and the ring.
+pub struct Connection {
+    pub client: Client,
+    pub state: admin::AdminState,
+    pub ring: Arc<Ring>,
+    /// Adds `shardSelector` to the watches the API server filters by shard.
+    pub server_shards: watch::ServerShards,
+}
+
+/// Connect to the API server named by the kubeconfig (`$KUBECONFIG`, `~/.kube/config`) or
+/// the pod's ServiceAccount, counting every call.
+pub async fn connect(settings: &Settings) -> anyhow::Result<Connection> {
+    // kube and the alert client both use rustls; one process-wide provider (ring) serves both.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let state = admin::AdminState::default();
+    let api_calls = admin::ApiCalls::register(&state.registry).context("registering API call metrics")?;
+    let server_shards = watch::ServerShards::default();
+    let client = client::connect(&settings.client, &api_calls, &server_shards).await?;
+    let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
+    info!(version = %version.git_version, "connected to the Kubernetes API server");
+    let fleet = &settings.fleet;
+    let ring = Ring::with_placement(fleet.shards, fleet.placement)
+        .with_context(|| format!("invalid --shards for --shard-placement={}", fleet.placement))?;
+    Ok(Connection { client, state, ring: Arc::new(ring), server_shards })
+}
+
+/// The controller, built and ready to run.
+pub struct Runtime {
+    settings: Settings,
+    connection: Connection,
+    watched: Watched,
+    watch: (watch::Config, watch::Metrics),
+    engine: (reload::Config, reload::Metrics),
+    http: reqwest::Client,
+}
+
+impl Runtime {
+    /// Connect, find what can be watched, and check where the controller keeps its objects.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let connection = connect(&settings).await?;
+        let (client, state) = (&connection.client, &connection.state);
+        let http = reload::http_client(settings.alert_proxy.as_ref())
+            .context("cannot build the HTTP client for alerts and webhooks")?;
+        let watch_metrics = watch::Metrics::register(&state.registry).context("registering watch metrics")?;
+        let reload_metrics = reload::Metrics::register(&state.registry, settings.serving.count_by_namespace)
+            .context("registering reload metrics")?;
+        let mut watched = discover(client, &settings.watch).await;
+        let scoped = settings.watch.scoped_namespaces.as_deref();
+        for (kind, message) in watched.drop_forbidden(client, scoped).await {
+            watch_metrics.kinds_forbidden.with_label_values(&[kind]).set(1);
+            state.warn(message);
+        }
+        let compactor = compactor(&settings);
+        let watch_config = watch_config(&settings, &connection, &watched, compactor.clone()).await;
+        if connection.ring.placement() == Placement::FnvRanges && watch_config.namespaces.is_none() {
+            let (sharded, unsharded) = connection.server_shards.probe_watched(&connection.client, &watch_config).await;
+            watch_metrics.server_sharded.set(sharded.len() as i64);
+            if unsharded.is_empty() {
+                info!(collections = ?sharded, "the API server filters every watch by shard (ShardedListAndWatch)");
+            } else {
+                warn!(
+                    sharded = ?sharded,
+                    unsharded = ?unsharded,
+                    "--shard-placement=fnv-ranges: the API server does not filter these watches by shard (is the ShardedListAndWatch feature gate on?); this replica filters them itself"
+                );
+            }
+        }
+        let engine_config = engine_config(&settings, &connection, compactor, &http).await;
+        Ok(Self {
+            settings,
+            connection,
+            watched,
+            watch: (watch_config, watch_metrics),
+            engine: (engine_config, reload_metrics),
+            http,
+        })
+    }
+
+    /// Run every room until SIGTERM or Ctrl-C, or until one of them ends.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self { settings, connection, watched, watch: (watch_config, watch_metrics), engine, http } = self;
+        let Connection { client, mut state, ring, server_shards } = connection;
+        let (engine_config, reload_metrics) = engine;
+        let mut tasks = Tasks::default();
+        let shutdown = tasks.shutdown.clone();
+
+        let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
+        let (synced_tx, synced_rx) = latest::channel(None);
+        let (reconciled_tx, ready_rx) = latest::channel(false);
+        let (active_tx, active_rx) = latest::channel(BTreeSet::new());
+        // Warm handoffs where a gained shard costs new lists: server-sharded watches (a list of
+        // the gained ranges) and namespace-scoped ones (a list and a watch per gained namespace
+        // and kind). Cluster-wide watches hold every shard's objects already.
+        let warm_handoff = server_shards.active() || watch_config.namespaces.is_some();
+        let loaded = warm_handoff.then(|| synced_rx.clone());
+        let lease = Lease { config: lease_config(&settings, &ring)?, working: active_rx.clone(), loaded };
+        let (shards, _alone) = start_lease(&mut tasks, &client, &mut state, lease, settings.fleet.shards)?;
+        let alerts = settings.alerts.clone().map(|config| {
+            let (queue, receiver) = mpsc::channel(reload::ALERT_QUEUE);
+            let sink = config.sink;
+            info!(sink = %sink, "alerts on reload are on");
+            let sender =
+                reload::run_alert_sender(http.clone(), config, receiver, reload_metrics.clone(), shutdown.clone());
+            tasks.spawn("alerts", ended(sender));
+            (queue, sink)
+        });
+        let (store, writer) = watch::Store::new(engine_config.keys.explicit_keys());
+        state.fleet = Some(Arc::new(admin::FleetView {
+            identity: settings.env.pod_name.clone().unwrap_or_else(|| "reloader".to_string()),
+            ring,
+            filter: settings.watch.filter.clone(),
+            store: store.clone(),
+            stats: reload_metrics.namespaces.clone(),
+            client: Some(client.clone()),
+            explain: admin::ExplainSettings {
+                keys: engine_config.keys.clone(),
+                options: engine_config.options.clone(),
+                scope: watched.scope(engine_config.strategy),
+            },
+        }));
+        start_serving(&mut tasks, &settings, &state, ready_rx);
+        let lint = if settings.reload.annotation_lint {
+            let (lint_tx, stored) = mpsc::channel(LINT_QUEUE);
+            let watched = watched.resources();
+            let inputs = reload::lint::Inputs { store: store.clone(), stored, synced: synced_rx.clone(), watched };
+            let metrics = reload::lint::Metrics::register(&state.registry).context("registering lint metrics")?;
+            let keys = engine_config.keys.clone();
+            let lint = reload::lint::run(client.clone(), reporter(&settings), keys, inputs, metrics, shutdown.clone());
+            tasks.spawn("lint", ended(lint));
+            Some(lint_tx)
+        } else {
+            None
+        };
+        let (owned, background) = (shards.watched, shards.background);
+        let links = watch::Links { owned, background, changes: changes_tx, synced: synced_tx, lint };
+        let watching = watch::run(client.clone(), watch_config, writer, watch_metrics, links, shutdown.clone());
+        tasks.spawn("watch", async move { Ok(watching.await?) });
+        start_meta_info(&mut tasks, &settings, &client, active_rx);
+        let inputs = reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: shards.held };
+        let outputs = reload::Outputs { reconciled: reconciled_tx, active: active_tx, alerts };
+        let engine = reload::run(client, engine_config, inputs, reload_metrics, outputs, shutdown);
+        tasks.spawn("reload", async move { Ok(engine.await?) });
+
+        let result = tokio::select! {
+            err = tasks.first_end() => Err(err),
+            () = wait_for_signal() => Ok(()),
+        };
+        if let Err(err) = &result {
+            warn!(error = format!("{err:#}"), "shutting down: a task ended");
+        }
+        info!("shutting down");
+        state.ready.store(false, Ordering::Release);
+        tasks.stop(SHUTDOWN_GRACE + 2 * settings.fleet.renew_deadline, SHUTDOWN_GRACE).await;
+        result
+    }
+}
+
+/// What the lease task needs, when there is one.
+struct Lease {
+    config: Option<lease::Config>,
+    /// The shards the engine still acts on.
+    working: latest::Receiver<BTreeSet<u32>>,
+    /// The shards the watches have loaded, for warm handoffs.
+    loaded: Option<latest::Receiver<Option<BTreeSet<u32>>>>,
+}
+
+/// The lease task, or for a replica alone every shard for good (keep the second value).
+fn start_lease(
+    tasks: &mut Tasks,
+    client: &Client,
+    state: &mut admin::AdminState,
+    lease: Lease,
+    shards: u32,
+) -> anyhow::Result<(lease::Shards, Option<impl Sized + use<>>)> {
+    let Some(config) = lease.config else {
+        let (shards, alone) = lease::alone(shards);
+        return Ok((shards, Some(alone)));
+    };
+    if config.hot_standby && lease.loaded.is_none() {
+        warn!(
+            "--hot-standby changes nothing here: cluster-wide watches that the API server does not shard hold every shard already"
+        );
+    }
+    let metrics = lease::Metrics::register(&state.registry).context("registering lease metrics")?;
+    let leave = tasks.leave.clone();
+    let (shards, task) = lease::spawn(client.clone(), config, Some(lease.working), lease.loaded, metrics, leave);
+    state.ownership = Some(shards.ownership.clone());
+    tasks.spawn("lease", async move { Ok(task.await??) });
+    Ok((shards, None))
+}
+
+/// The admin server, readiness, and CPU profiles when asked for.
+fn start_serving(
+    tasks: &mut Tasks,
+    settings: &Settings,
+    state: &admin::AdminState,
+    mut reconciled: latest::Receiver<bool>,
+) {
+    let serving = &settings.serving;
+    if let Some(addr) = serving.pprof_addr {
+        info!(addr = %addr, "serving CPU profiles at /debug/pprof/profile");
+        let pprof = admin::serve_pprof(addr, tasks.shutdown.clone());
+        tasks.spawn("pprof", async move { Ok(pprof.await?) });
+    }
+    let (ready, shutdown) = (state.ready.clone(), tasks.shutdown.clone());
+    tasks.spawn("readiness", async move {
+        if reconciled.wait_for(|s| *s).await.is_ok() {
+            ready.store(true, Ordering::Release);
+        }
+        shutdown.cancelled().await;
+        Ok(())
+    });
+    let addresses =
+        admin::Addresses { metrics: serving.metrics_addr, health: Some(serving.health_addr), data: serving.admin_addr };
+    let server = admin::serve(addresses, state.clone(), tasks.shutdown.clone());
+    tasks.spawn("admin", async move { Ok(server.await?) });
+}
+
+/// Reloader's reloader-meta-info ConfigMap, published by the replica acting on shard 0.
+fn start_meta_info(tasks: &mut Tasks, settings: &Settings, client: &Client, active: latest::Receiver<BTreeSet<u32>>) {
+    let Some(namespace) = settings.env.reloader_namespace.clone() else {
+        info!("RELOADER_NAMESPACE is not set; the reloader-meta-info ConfigMap is not published");
+        return;
+    };
+    let meta = reload::meta_info::MetaInfo {
+        namespace,
+        deployment: settings.env.deployment_name.clone().unwrap_or_default(),
+        options: settings.meta_options.clone(),
+    };
+    let publish = reload::meta_info::run(client.clone(), meta, active, tasks.shutdown.clone());
+    tasks.spawn("meta-info", ended(publish));
+}
+
+/// A task without a result: its end is reported by the supervisor.
+async fn ended(task: impl Future<Output = ()>) -> anyhow::Result<()> {
+    task.await;
+    Ok(())
+}
+
+fn reporter(settings: &Settings) -> Reporter {
+    Reporter { controller: "reloader".to_string(), instance: settings.env.pod_name.clone() }
+}
+
+/// How the watches compact objects: only what the rules read, plus look-alike keys for the lint.
+pub fn compactor(settings: &Settings) -> watch::Compactor {
+    let keys = &settings.reload.keys;
+    let compactor = watch::Compactor::new(
+        keys.workload_keys(),
+        keys.ignore.clone(),
+        keys.search_match.clone(),
+        settings.reload.auto_reload_all,
+    );
+    if settings.reload.annotation_lint { compactor.keeping_lookalikes() } else { compactor }
+}
+
+async fn watch_config(
+    settings: &Settings,
+    connection: &Connection,
+    watched: &Watched,
+    compactor: watch::Compactor,
+) -> watch::Config {
+    let scope = &settings.watch;
+    // A namespace this replica may watch ConfigMaps in, to ask the API server once whether it
+    // serves streaming lists.
+    let probe_namespace = scope
+        .scoped_namespaces
+        .as_ref()
+        .and_then(|l| l.first().cloned())
+        .or_else(|| settings.env.pod_namespace.clone())
+        .unwrap_or_else(|| "default".to_string());
+    let streaming_lists = watch::streaming_lists_served(&connection.client, &probe_namespace).await;
+    info!(streaming_lists, "initial lists: {}", if streaming_lists { "streamed (WatchList)" } else { "LIST" });
+    watch::Config {
+        namespaces: scope.scoped_namespaces.clone(),
+        filter: scope.filter.clone(),
+        resource_label_selector: scope.resource_label_selector.clone(),
+        watch_configmaps: watched.configmaps,
+        watch_secrets: watched.secrets,
+        compactor,
+        workload_kinds: watched.workload_kinds.clone(),
+        csi: watched.csi,
+        streaming_lists,
+        ring: connection.ring.clone(),
+        server_shards: connection.server_shards.clone(),
+    }
+}
+
+/// The engine's settings, after checking that its checkpoint can be kept.
+async fn engine_config(
+    settings: &Settings,
+    connection: &Connection,
+    compactor: watch::Compactor,
+    http: &reqwest::Client,
+) -> reload::Config {
+    let r = &settings.reload;
+    let (checkpoint_namespace, source) = places::checkpoint_namespace(&settings.env, &settings.watch);
+    // The first shard's checkpoint stands for all: RBAC names each (resourceNames).
+    let first =
+        if settings.fleet.shards == 1 { r.checkpoint_name.clone() } else { format!("{}-shard-0", r.checkpoint_name) };
+    let warnings = places::check(&connection.client, &settings.watch, (&checkpoint_namespace, &first), &source).await;
+    for warning in warnings {
+        warn!(%warning, "a setting needs attention");
+        connection.state.warn(warning);
+    }
+    if let Some(url) = &r.webhook_url {
+        info!(url = %url.origin().ascii_serialization(), "webhook-only mode: changes are sent to the webhook and no workload is written");
+    }
+    reload::Config {
+        strategy: r.strategy,
+        keys: r.keys.clone(),
+        options: Options { auto_reload_all: r.auto_reload_all },
+        reload_on_create: r.reload_on_create,
+        reload_on_delete: r.reload_on_delete,
+        sync_after_restart: r.sync_after_restart,
+        checkpoint_namespace,
+        checkpoint_name: r.checkpoint_name.clone(),
+        reporter: reporter(settings),
+        compactor,
+        ring: connection.ring.clone(),
+        webhook: r.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
+        coalesce_window: r.coalesce_window,
+        max_rollouts_per_second: r.max_rollouts_per_second,
+        max_concurrent_rollouts: r.max_concurrent_rollouts,
+        max_concurrent_writes: r.max_concurrent_writes,
+    }
+}
+
+/// The lease task's settings: with `--enable-ha` or several shards, Leases decide which
+/// shards this replica acts on; otherwise it is alone and owns every shard.
+fn lease_config(settings: &Settings, ring: &Ring) -> anyhow::Result<Option<lease::Config>> {
+    let fleet = &settings.fleet;
+    if !fleet.enable_ha && fleet.shards <= 1 {
+        return Ok(None);
+    }
+    let (Some(identity), Some(pod_namespace)) = (settings.env.pod_name.clone(), settings.env.pod_namespace.clone())
+    else {
+        bail!("--enable-ha and --shards above 1 need the POD_NAME and POD_NAMESPACE environment variables");
+    };
+    Ok(Some(lease::Config {
+        namespace: if fleet.lease_namespace.is_empty() { pod_namespace } else { fleet.lease_namespace.clone() },
+        identity,
+        prefix: fleet.lease_prefix.clone(),
+        shards: fleet.shards,
+        lease_duration: fleet.lease_duration,
+        renew_deadline: fleet.renew_deadline,
+        retry_period: fleet.retry_period,
+        ring: ring.fingerprint(),
+        release_on_cancel: fleet.release_on_cancel,
+        hot_standby: fleet.hot_standby,
+    }))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
