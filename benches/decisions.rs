@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use reloader_fleet::reload::{Keys, Options, Rules, Strategy, Target, plan, target_container};
+use reloader_fleet::reload::{Item, Keys, Options, Rules, Strategy, Target, plan, target_container};
 use reloader_fleet::watch::{
     Compactor, DataHash, ResourceKey, ResourceKind, ResourceState, SlimDeployment, SlimRaw, Store, WorkloadKind,
 };
@@ -124,7 +124,7 @@ fn run_changes(built: &Built, namespaces: usize) -> (f64, usize) {
             let verdict = rules.decide(key.kind, &key.name, &state, &w.annotations, &w.template);
             let Some(mode) = verdict.mode else { continue };
             let Some(c) = target_container(&w.template, key.kind, &key.name, mode) else { continue };
-            if plan(Strategy::EnvVars, &w, key.kind, &key.name, c, Target::Hash(state.hash), 0).is_some() {
+            if plan(Strategy::EnvVars, &w, &Item::new(key.kind, &key.name, c, Target::Hash(state.hash)), 0).is_some() {
                 planned += 1;
             }
         }

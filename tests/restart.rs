@@ -415,10 +415,7 @@ impl InProcess {
             reporter: kube::runtime::events::Reporter { controller: "reloader".into(), instance: None },
             compactor: compactor(),
             webhook: None,
-            coalesce_window: Duration::ZERO,
-            max_rollouts_per_second: None,
-            max_concurrent_rollouts: None,
-            max_concurrent_writes: 8,
+            pacing: reload::Pacing { max_concurrent_writes: 8, ..reload::Pacing::default() },
         };
         let metrics = reload::Metrics::register(&prometheus::Registry::new(), false).expect("metrics");
         let (synced, synced_rx) = watch::channel(Some(owned.clone()));

@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 use crate::admin::AdminState;
 use crate::admin::fleet::bad_request;
 use crate::reload::duration::shown;
-use crate::reload::explain::{self, Serving, Subject};
+use crate::reload::explain::{self, Explainer, Serving, Subject};
 use crate::reload::{Keys, Options, Rules};
 use crate::shard::{is_dns_label, is_dns_subdomain};
-use crate::watch::{ResourceKey, WorkloadKey};
+use crate::watch::ResourceKey;
 
 /// The settings `explain` decides with, as the engine has them.
 #[derive(Clone, Debug)]
@@ -87,18 +87,9 @@ pub(crate) async fn explain(
             key.name
         )
     };
-    let mut rules = Rules::new(settings.keys.clone(), settings.options.clone());
-    let (namespace, name) = (namespace.as_str().into(), name.as_str().into());
-    let report = match subject {
-        Subject::Workload(kind) => {
-            let key = WorkloadKey { kind, namespace, name };
-            explain::workload(&mut rules, &fleet.store, &settings.scope, serving, &key, &absent)
-        }
-        Subject::Resource(kind) => {
-            let key = ResourceKey { kind, namespace, name };
-            explain::resource(&mut rules, &fleet.store, &settings.scope, serving, &key, &absent)
-        }
-    };
+    let rules = Rules::new(settings.keys.clone(), settings.options.clone());
+    let mut explainer = Explainer { rules, store: &fleet.store, scope: &settings.scope, absent_reason: &absent };
+    let report = explainer.explain(subject, namespace.as_str(), name.as_str(), serving);
     let report = report.with_short_hashes(SHOWN_HASH_DIGITS);
     match params.output.as_deref() {
         Some("text") => explain::text(&report).into_response(),

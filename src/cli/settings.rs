@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use super::values::{csv_items, parse_addr, parse_url};
 use super::{Args, Command};
 use crate::reload::duration::GoDuration;
-use crate::reload::{AlertConfig, Keys, ROLLOUT_STRATEGY, Sink, Strategy};
+use crate::reload::{AlertConfig, Keys, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
 use crate::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
 use crate::watch::WorkloadKind;
 
@@ -85,10 +85,7 @@ pub struct ReloadSettings {
     /// Webhook-only mode (`--webhook-url`): POST here instead of writing any workload.
     pub webhook_url: Option<reqwest::Url>,
     pub checkpoint_name: String,
-    pub coalesce_window: Duration,
-    pub max_rollouts_per_second: Option<f64>,
-    pub max_concurrent_rollouts: Option<usize>,
-    pub max_concurrent_writes: usize,
+    pub pacing: Pacing,
     pub annotation_lint: bool,
 }
 
@@ -261,10 +258,12 @@ impl Args {
             sync_after_restart: flags.sync_after_restart,
             webhook_url,
             checkpoint_name: flags.checkpoint_name.clone(),
-            coalesce_window: flags.coalesce_window,
-            max_rollouts_per_second: (flags.max_rollouts_per_second > 0.0).then_some(flags.max_rollouts_per_second),
-            max_concurrent_rollouts: (flags.max_concurrent_rollouts > 0).then_some(flags.max_concurrent_rollouts),
-            max_concurrent_writes: flags.max_concurrent_writes as usize,
+            pacing: Pacing {
+                coalesce_window: flags.coalesce_window,
+                max_rollouts_per_second: (flags.max_rollouts_per_second > 0.0).then_some(flags.max_rollouts_per_second),
+                max_concurrent_rollouts: (flags.max_concurrent_rollouts > 0).then_some(flags.max_concurrent_rollouts),
+                max_concurrent_writes: flags.max_concurrent_writes as usize,
+            },
             annotation_lint: flags.annotation_lint,
         })
     }

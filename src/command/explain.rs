@@ -4,12 +4,12 @@
 
 use std::collections::BTreeSet;
 
-use crate::reload::explain::{self, Scope, Serving, Subject};
+use crate::reload::explain::{self, Explainer, Scope, Serving, Subject};
 use crate::reload::{Keys, Options, Rules};
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::{
     Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
-    SlimSpcPodStatus, Store, WorkloadKey, Writer,
+    SlimSpcPodStatus, Store, Writer,
 };
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Namespace;
@@ -76,18 +76,9 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
             format!("no {} {} in namespace {}", key.kind.kind(), key.name, key.namespace)
         }
     };
-    let mut rules = Rules::new(request.keys.clone(), request.options.clone());
-    let (namespace, name) = (ns.into(), name.into());
-    let report = match subject {
-        Subject::Workload(kind) => {
-            let key = WorkloadKey { kind, namespace, name };
-            explain::workload(&mut rules, &store, &request.scope, serving, &key, &absent)
-        }
-        Subject::Resource(kind) => {
-            let key = ResourceKey { kind, namespace, name };
-            explain::resource(&mut rules, &store, &request.scope, serving, &key, &absent)
-        }
-    };
+    let rules = Rules::new(request.keys.clone(), request.options.clone());
+    let mut explainer = Explainer { rules, store: &store, scope: &request.scope, absent_reason: &absent };
+    let report = explainer.explain(subject, ns, name, serving);
     if request.json {
         println!("{}", serde_json::to_string_pretty(&report).context("serializing the report")?);
     } else {

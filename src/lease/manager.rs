@@ -319,10 +319,9 @@ impl Manager {
         });
     }
 
-    /// One look at the fleet's Leases and what follows from it: renew, release, acquire. What
-    /// it withdraws and what it is to warm are published before the writes are sent, and the
-    /// writes are sent at once.
-    async fn round(&mut self, tx: &Publisher, look: Look) {
+    /// Bring the observed Leases up to date from `look`, listing them when what was seen is not
+    /// enough; false when they could not be listed (the round is skipped).
+    async fn refresh(&mut self, look: Look) -> bool {
         let now = Instant::now();
         let current = !self.must_list
             && !self.observed.is_empty()
@@ -342,9 +341,19 @@ impl Manager {
         if !current {
             if let Err(err) = self.observe(now).await {
                 warn!(error = %err, "listing leases failed; held shards stay held only until their renew deadline");
-                return;
+                return false;
             }
             self.must_list = false;
+        }
+        true
+    }
+
+    /// One look at the fleet's Leases and what follows from it: renew, release, acquire. What
+    /// it withdraws and what it is to warm are published before the writes are sent, and the
+    /// writes are sent at once.
+    async fn round(&mut self, tx: &Publisher, look: Look) {
+        if !self.refresh(look).await {
+            return;
         }
         let members = self.live_members(Instant::now());
         let placing = self.placing_members(&members);
@@ -400,6 +409,19 @@ impl Manager {
             info!(shards = %format_shards(&standby), "hot standby: loading the shards this replica would be given if another left");
             self.standby.shards = standby;
         }
+        let mut actions = self.shard_actions(&desired, &placed);
+        actions.extend(self.membership_action());
+        self.publish(tx);
+        let applied = futures::future::join_all(actions.into_iter().map(|action| self.perform(action))).await;
+        for applied in applied {
+            self.apply(applied);
+        }
+    }
+
+    /// What each shard's Lease needs this round: renewed while held and wanted (or while its
+    /// next holder loads it, or the engine finishes with it), released once drained, acquired
+    /// when wanted and free.
+    fn shard_actions(&mut self, desired: &BTreeSet<u32>, placed: &[&str]) -> Vec<Action> {
         let mut actions = Vec::new();
         for shard in 0..self.config.shards {
             let name = self.config.shard_lease_name(shard);
@@ -447,12 +469,7 @@ impl Manager {
                 (false, false) => {}
             }
         }
-        actions.extend(self.membership_action());
-        self.publish(tx);
-        let applied = futures::future::join_all(actions.into_iter().map(|action| self.perform(action))).await;
-        for applied in applied {
-            self.apply(applied);
-        }
+        actions
     }
 
     /// The standby after this round: none without `--hot-standby`, while leaving or giving way
@@ -475,7 +492,13 @@ impl Manager {
         let loaded = loaded.borrow().clone().unwrap_or_default();
         let target = self.standby_target(placing, placed);
         let mut kept: BTreeSet<u32> = self.standby.shards.intersection(&target).copied().collect();
-        let watched_loaded = desired.iter().chain(&kept).all(|s| loaded.contains(s));
+        // A shard still held on its way elsewhere is loaded for holding it, not for standing by:
+        // it counts as loaded for the standby once released and still watched.
+        let holding = |shard: &u32| {
+            self.observed.get(&self.config.shard_lease_name(*shard)).is_some_and(|o| o.holder() == self.config.identity)
+        };
+        let watched_loaded = desired.iter().all(|s| loaded.contains(s))
+            && kept.iter().all(|s| loaded.contains(s) && (desired.contains(s) || !holding(s)));
         if let Some(next) = target.difference(&kept).next().filter(|_| watched_loaded) {
             kept.insert(*next);
         }

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-use tracing::error;
+use tracing::{error, warn};
 
 use crate::reload::api::API_TIMEOUT;
 use crate::shard::{is_dns_label, is_dns_subdomain};
@@ -131,13 +131,13 @@ impl Checkpoint {
             // Nothing usable (edited by hand, or written by something else): taken like a first
             // start, so the current state is the baseline. Treating every resource as new
             // would reload all their workloads with --reload-on-create.
-            error!(namespace = %self.namespace, name = %self.name, unreadable,
+            warn!(namespace = %self.namespace, name = %self.name, unreadable,
                 "the checkpoint is unreadable; taking the current state as baseline");
             self.rejected = Some("unreadable");
             return Ok(None);
         }
         if unreadable > 0 {
-            error!(namespace = %self.namespace, name = %self.name, unreadable, "skipping unreadable checkpoint lines");
+            warn!(namespace = %self.namespace, name = %self.name, unreadable, "skipping unreadable checkpoint lines");
             self.rejected = Some("unreadable");
         }
         Ok(Some(entries))

@@ -9,22 +9,19 @@
 //! The engine never LISTs or GETs workloads or resources: the store answers. The acted-on
 //! hashes are the checkpoint, saved to the cluster a moment after they change and on shutdown.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::FuturesUnordered;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::time::DelayQueue;
 use tracing::{debug, info, warn};
 
 use crate::reload::alert::{Alert, Sink};
-use crate::reload::api::retry_delay;
-use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
+use crate::reload::checkpoint::{ShortHash, short};
 use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::strategy::{self, Item, Strategy, Target};
@@ -40,13 +37,15 @@ mod acted;
 mod deferred;
 mod pipeline;
 mod report;
+mod retry;
 mod shards;
 
 use acted::Acted;
 use deferred::Deferred;
 use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Purpose, Queued};
 pub(crate) use report::workload_reference;
-use shards::{Load, SaveResults, Saving};
+use retry::Retries;
+use shards::{SaveResults, Saving, ShardBook};
 
 /// Field manager of every write, as Reloader's.
 /// How long acted-on hashes may wait before the checkpoint is saved.
@@ -77,6 +76,13 @@ pub struct Config {
     pub compactor: Compactor,
     /// Webhook-only mode: POST each change that would reload, write no workload.
     pub webhook: Option<Webhook>,
+    /// How fast changes become writes.
+    pub pacing: Pacing,
+}
+
+/// How fast changes become writes: coalescing, the rollout budget and writes in flight.
+#[derive(Clone, Debug)]
+pub struct Pacing {
     /// `--coalesce-window`: changes of several resources of one workload within this time of
     /// the first become one write (zero: each change is written at once, as Reloader does).
     /// A workload's own `reloader-fleet.stakater.com/coalesce-window` wins.
@@ -88,6 +94,18 @@ pub struct Config {
     /// `--max-concurrent-writes`: reload writes in flight at once, at most (changes to
     /// different workloads; one workload's writes stay in order).
     pub max_concurrent_writes: usize,
+}
+
+impl Default for Pacing {
+    /// Reloader's behaviour: every change written at once, no budget; 64 writes in flight.
+    fn default() -> Self {
+        Pacing {
+            coalesce_window: Duration::ZERO,
+            max_rollouts_per_second: None,
+            max_concurrent_rollouts: None,
+            max_concurrent_writes: 64,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +149,48 @@ pub struct Outputs {
     pub alerts: Option<(mpsc::Sender<Alert>, Sink)>,
 }
 
+impl Engine {
+    /// An engine with nothing acted on yet: its writers, rules and pacing made from `config`.
+    fn new(
+        client: Client,
+        config: Config,
+        store: Store,
+        metrics: Metrics,
+        shards: ShardBook,
+        alerts: Option<(mpsc::Sender<Alert>, Sink)>,
+    ) -> Self {
+        let recorder = Recorder::new(client.clone(), config.reporter.clone());
+        let writes_out = WritesOut::new();
+        let writes = Writes { client, compactor: config.compactor.clone(), out: writes_out.clone() };
+        let rules = Rules::new(config.keys.clone(), config.options.clone());
+        let pacing = config.pacing.clone();
+        let acted = Acted::new(config.ring.clone());
+        let events = Events::new(
+            recorder,
+            writes_out,
+            metrics.errors.with_label_values(&["event_dropped"]),
+            metrics.gauges.events_pending.clone(),
+        );
+        Engine {
+            rules,
+            writes,
+            config,
+            store,
+            metrics,
+            events,
+            acted,
+            overlay: HashMap::new(),
+            reported: HashSet::new(),
+            retries: Retries::default(),
+            shards,
+            alerts,
+            deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts),
+            queue: VecDeque::new(),
+            pipeline: Pipeline::new(pacing.max_concurrent_writes),
+        }
+    }
+}
+
 /// Run the engine until `shutdown`: take up every shard the store is complete for (load its
 /// checkpoint, act on what changed while nobody watched), act on every change in active
 /// shards, and drop shards the watches let go of after saving their checkpoints.
@@ -152,49 +212,8 @@ pub async fn run(
         () = shutdown.cancelled() => return Ok(()),
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
-    let recorder = Recorder::new(client.clone(), config.reporter.clone());
-    let writes_out = WritesOut::new();
-    let writes = Writes { client: client.clone(), compactor: config.compactor.clone(), out: writes_out.clone() };
-    let rules = Rules::new(config.keys.clone(), config.options.clone());
-    let (config_budget, config_concurrency) = (config.max_rollouts_per_second, config.max_concurrent_rollouts);
-    let acted = Acted::new(config.ring.clone());
-    let config_writes = config.max_concurrent_writes;
-    let events = Events::new(
-        recorder,
-        writes_out,
-        metrics.errors.with_label_values(&["event_dropped"]),
-        metrics.events_pending.clone(),
-    );
-    let mut engine = Engine {
-        rules,
-        client,
-        writes,
-        config,
-        store,
-        metrics,
-        events,
-        acted,
-        overlay: HashMap::new(),
-        reported: HashSet::new(),
-        retries: DelayQueue::new(),
-        retry_keys: HashMap::new(),
-        attempts: HashMap::new(),
-        checkpoints: BTreeMap::new(),
-        dirty: BTreeSet::new(),
-        owned: owned.clone(),
-        synced: synced.clone(),
-        active,
-        alerts,
-        deferred: Deferred::new(config_budget, config_concurrency),
-        write_attempts: HashMap::new(),
-        queue: VecDeque::new(),
-        pipeline: Pipeline::new(config_writes),
-        saving: None,
-        loading: HashMap::new(),
-        letting_go: BTreeMap::new(),
-        loads: FuturesUnordered::new(),
-        next_ticket: 0,
-    };
+    let shards = ShardBook::new(client.clone(), owned.clone(), synced.clone(), active);
+    let mut engine = Engine::new(client, config, store, metrics, shards, alerts);
     engine.follow(&wanted(&mut synced, &mut owned));
     engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
@@ -212,7 +231,7 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
             Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
-            Some(loaded) = futures::StreamExt::next(&mut engine.loads), if !engine.loads.is_empty() => {
+            Some(loaded) = futures::StreamExt::next(&mut engine.shards.loads), if !engine.shards.loads.is_empty() => {
                 engine.take_up(loaded).await;
             }
             // Due deferred writes before new changes: a steady stream of changes must not
@@ -234,18 +253,16 @@ pub async fn run(
                     engine.follow(&wanted);
                 }
             }
-            () = tokio::time::sleep_until(save_deadline), if save_at.is_some() && engine.saving.is_none() => {
+            () = tokio::time::sleep_until(save_deadline), if save_at.is_some() && engine.shards.saving.is_none() => {
                 save_at = None;
                 engine.start_save();
             }
-            Some((saving, done)) = saving_done(&mut engine.saving) => {
+            Some((saving, done)) = saving_done(&mut engine.shards.saving) => {
                 if !engine.saved(saving, done) {
                     save_at = Some(Instant::now() + CHECKPOINT_DELAY);
                 }
             }
-            Some(expired) = futures::StreamExt::next(&mut engine.retries), if !engine.retries.is_empty() => {
-                let key = expired.into_inner();
-                engine.retry_keys.remove(&key);
+            Some(key) = engine.retries.next_due(), if engine.retries.is_waiting() => {
                 engine.metrics.retries.inc();
                 // A retry acts on whatever the resource holds now.
                 let observed = engine.store.resource(&key).map(|s| s.hash);
@@ -263,7 +280,7 @@ pub async fn run(
         }
         // A landed write may have been the last of a shard let go.
         engine.advance_let_go();
-        if !engine.dirty.is_empty() && save_at.is_none() {
+        if !engine.shards.dirty.is_empty() && save_at.is_none() {
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
     }
@@ -299,7 +316,6 @@ fn wanted(
 
 struct Engine {
     rules: Rules,
-    client: Client,
     writes: Writes,
     config: Config,
     store: Store,
@@ -311,59 +327,20 @@ struct Engine {
     overlay: HashMap<WorkloadKey, Arc<Workload>>,
     /// Bad annotations already reported, per workload version (one Event each).
     reported: HashSet<(WorkloadKey, String, String)>,
-    retries: DelayQueue<ResourceKey>,
-    retry_keys: HashMap<ResourceKey, tokio_util::time::delay_queue::Key>,
-    attempts: HashMap<ResourceKey, u32>,
-    /// The active shards and their checkpoints.
-    checkpoints: BTreeMap<u32, Checkpoint>,
-    /// Active shards whose acted-on hashes changed since their last save.
-    dirty: BTreeSet<u32>,
-    owned: watch::Receiver<BTreeSet<u32>>,
-    /// The watch room's synced shards, read again once a take-up has read the store.
-    synced: watch::Receiver<Option<BTreeSet<u32>>>,
-    /// Tells the lease room which shards the engine is on: see [`Outputs::active`].
-    active: watch::Sender<BTreeSet<u32>>,
+    /// Resources whose change failed, and failed deferred writes: see [`Retries`].
+    retries: Retries,
+    /// The shards acted on, their checkpoints, and those loading, saving or let go.
+    shards: ShardBook,
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,
     /// Coalesced writes and writes held to the rollout budget.
     deferred: Deferred,
-    /// Failed deferred writes per workload, for their backoff.
-    write_attempts: HashMap<WorkloadKey, u32>,
     /// Changes received and not yet decided, oldest first.
     queue: VecDeque<Queued>,
     /// Changes whose writes are in flight.
     pipeline: Pipeline,
-    /// The checkpoint save running in the background, if any.
-    saving: Option<Saving>,
-    /// Shards being taken up (their checkpoints read in the background), with the ticket of
-    /// the take-up: a read that comes back for another ticket is ignored.
-    loading: HashMap<u32, u64>,
-    /// The checkpoint reads in flight.
-    loads: FuturesUnordered<Load>,
-    /// Shards being let go (their changes no longer decided), with their failed saves.
-    letting_go: BTreeMap<u32, u8>,
-    next_ticket: u64,
 }
 
 impl Engine {
-    fn schedule_retry(&mut self, key: ResourceKey) {
-        let attempt = self.attempts.entry(key.clone()).or_insert(0);
-        *attempt += 1;
-        let delay = retry_delay(*attempt);
-        if let Some(existing) = self.retry_keys.get(&key) {
-            self.retries.reset(existing, delay);
-        } else {
-            let handle = self.retries.insert(key.clone(), delay);
-            self.retry_keys.insert(key, handle);
-        }
-    }
-
-    fn clear_retry(&mut self, key: &ResourceKey) {
-        self.attempts.remove(key);
-        if let Some(handle) = self.retry_keys.remove(key) {
-            self.retries.remove(&handle);
-        }
-    }
-
     /// Decide a change: what it needs written now, or its outcome if nothing.
     fn prepare(&mut self, change: &Change, forced: Option<Transition>) -> Prepared {
         let key = &change.key;
@@ -458,7 +435,7 @@ impl Engine {
                 self.deferred.add(&workload.key, key, current.as_ref().map(|s| s.hash), window);
             }
         }
-        self.metrics.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
         Prepared::Writes { writes, transition, hash: state.hash, current: current.map(|s| s.hash) }
     }
 
@@ -614,12 +591,12 @@ impl Engine {
 
     /// The coalesce window of a workload: its own annotation, else `--coalesce-window`.
     fn window_for(&mut self, workload: &Workload) -> Duration {
-        let Some(value) = workload.annotations.get(COALESCE_WINDOW) else { return self.config.coalesce_window };
+        let Some(value) = workload.annotations.get(COALESCE_WINDOW) else { return self.config.pacing.coalesce_window };
         match parse_go_duration(value, COALESCE_WINDOW_MAX) {
             Ok(window) => window,
             Err(err) => {
                 self.report_problems(workload, &[Problem::new(COALESCE_WINDOW, value, err.to_string())]);
-                self.config.coalesce_window
+                self.config.pacing.coalesce_window
             }
         }
     }
@@ -636,8 +613,8 @@ impl Engine {
                 self.send_pending(key, items, now);
             }
         }
-        self.metrics.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.rollouts_in_flight.set(self.deferred.in_flight() as i64);
+        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// Send one write that records every resource of `items` on the workload, from their
@@ -690,19 +667,17 @@ impl Engine {
     fn deferred_done(&mut self, key: &WorkloadKey, items: BTreeSet<ResourceKey>, result: WriteResult) {
         match result {
             WriteResult::Written | WriteResult::NotNeeded => {
-                self.write_attempts.remove(key);
+                self.retries.write_done(key);
                 let released = self.deferred.done(key, &items);
                 self.release(released);
             }
             WriteResult::Failed => {
-                let attempt = self.write_attempts.entry(key.clone()).or_insert(0);
-                *attempt += 1;
-                let delay = retry_delay(*attempt);
+                let delay = self.retries.write_failed(key);
                 self.deferred.retry(key.clone(), items, delay);
             }
         }
-        self.metrics.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.rollouts_in_flight.set(self.deferred.in_flight() as i64);
+        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// Resources whose every deferred write is done: their change is handled.
@@ -710,7 +685,7 @@ impl Engine {
         for (key, hash) in released {
             debug!(resource = %key, "every deferred write of the change is done");
             self.record_acted(&key, hash.as_ref().map(short));
-            self.dirty.insert(self.shard_of(&key));
+            self.shards.dirty.insert(self.shard_of(&key));
         }
     }
 

@@ -152,150 +152,159 @@ pub struct Pair {
     pub current_hash: Option<String>,
 }
 
-/// Explain a workload from `store`. `absent_reason` says why a resource is missing from the
-/// store (the command knows whether the label selector left it out; the live store does not).
-pub fn workload(
-    rules: &mut Rules,
-    store: &Store,
-    scope: &Scope,
-    serving: Serving,
-    key: &WorkloadKey,
-    absent_reason: &dyn Fn(&ResourceKey) -> String,
-) -> Report {
-    let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, scope);
-    if !scope.kinds.contains(&key.kind) {
-        report.note = Some(format!("{} is not rolled by this controller ({})", key.kind.kind(), kind_off(key.kind)));
-        return report;
-    }
-    let Some(workload) = store.workload(key) else {
-        report.note = Some(match &report.serving.not_selected {
-            Some(why) => format!("namespace {} is not served: {why}", key.namespace),
-            None => format!("no {} {} in namespace {}", key.kind.kind(), key.name, key.namespace),
-        });
-        return report;
-    };
-    report.found = true;
-    report.findings = lint::workload(rules.keys(), &workload);
-    let mut resources: BTreeSet<(ResourceKind, String)> =
-        workload.template.references().map(|(k, n)| (*k, n.to_string())).collect();
-    // Resources a `.../reload` list may name: every stored one of that kind in the namespace,
-    // and each plain name the list spells out (so a missing one shows up as absent).
-    for kind in [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass] {
-        let Some(list) = explicit_list(rules.keys(), &workload, kind) else { continue };
-        for stored in store.resource_keys(kind, Some(&key.namespace)) {
-            resources.insert((kind, stored.name.to_string()));
-        }
-        for entry in crate::reload::named_entries(list) {
-            resources.insert((kind, entry.to_string()));
-        }
-    }
-    let mut problems = BTreeSet::new();
-    for (kind, name) in resources {
-        let resource = ResourceKey { kind, namespace: key.namespace.clone(), name: name.as_str().into() };
-        let pair = pair(rules, store, scope, &report.serving, &resource, &workload, absent_reason, &mut problems);
-        if concerns(rules.keys(), &workload, kind, &pair) {
-            report.pairs.push(pair);
-        }
-    }
-    report.problems = problems.into_iter().collect();
-    report
+/// What an explanation reads: the rules, the store and what this controller serves.
+pub struct Explainer<'a> {
+    pub rules: Rules,
+    pub store: &'a Store,
+    pub scope: &'a Scope,
+    /// Why a resource is missing from the store (the command knows whether the label selector
+    /// left it out; the live store does not).
+    pub absent_reason: &'a dyn Fn(&ResourceKey) -> String,
 }
 
-/// Explain a resource from `store`: every workload a change of it concerns.
-pub fn resource(
-    rules: &mut Rules,
-    store: &Store,
-    scope: &Scope,
-    serving: Serving,
-    key: &ResourceKey,
-    absent_reason: &dyn Fn(&ResourceKey) -> String,
-) -> Report {
-    let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, scope);
-    report.found = store.resource(key).is_some();
-    if !report.found {
-        report.note = Some(absent_reason(key));
-    }
-    let mut problems = BTreeSet::new();
-    for workload in store.candidates(key) {
-        let pair = pair(rules, store, scope, &report.serving, key, &workload, absent_reason, &mut problems);
-        if concerns(rules.keys(), &workload, key.kind, &pair) {
-            report.pairs.push(pair);
+impl Explainer<'_> {
+    /// Explain the workload or resource `subject` names.
+    pub fn explain(&mut self, subject: Subject, namespace: &str, name: &str, serving: Serving) -> Report {
+        let (namespace, name) = (namespace.into(), name.into());
+        match subject {
+            Subject::Workload(kind) => self.workload(serving, &WorkloadKey { kind, namespace, name }),
+            Subject::Resource(kind) => self.resource(serving, &ResourceKey { kind, namespace, name }),
         }
     }
-    report.problems = problems.into_iter().collect();
-    report
-}
 
-#[allow(clippy::too_many_arguments)]
-fn pair(
-    rules: &mut Rules,
-    store: &Store,
-    scope: &Scope,
-    serving: &Serving,
-    resource: &ResourceKey,
-    workload: &Workload,
-    absent_reason: &dyn Fn(&ResourceKey) -> String,
-    problems: &mut BTreeSet<Problem>,
-) -> Pair {
-    let state = store.resource(resource);
-    let mut pair = Pair {
-        resource_kind: resource.kind.kind(),
-        resource: resource.name.to_string(),
-        workload_kind: workload.key.kind.kind(),
-        workload: workload.key.name.to_string(),
-        reloads: false,
-        rule: String::new(),
-        reason: String::new(),
-        uses: uses(workload, resource.kind, &resource.name),
-        writes: None,
-        recorded_hash: None,
-        current_hash: state.as_ref().map(|s| s.hash.to_string()),
-    };
-    let outer = if let Some(why) = &serving.not_selected {
-        Some(("namespace-not-selected", format!("namespace {} is not served: {why}", resource.namespace)))
-    } else if !scope.kinds.contains(&workload.key.kind) {
-        Some((
-            "ignored-workload-type",
-            format!("{} is not rolled ({})", workload.key.kind.kind(), kind_off(workload.key.kind)),
-        ))
-    } else if !scope.resources.contains(&resource.kind) {
-        Some((
-            "ignored-resource-type",
-            format!("{}s are not watched ({})", resource.kind.kind(), resource_off(resource.kind)),
-        ))
-    } else {
-        None
-    };
-    let state: ResourceState = match (outer, state) {
-        (None, Some(state)) => state,
-        (outer, _) => {
-            let (rule, reason) = outer.unwrap_or_else(|| ("resource-absent", absent_reason(resource)));
-            pair.rule = rule.to_string();
-            pair.reason = reason;
-            return pair;
+    /// Explain a workload: every resource it uses or names.
+    pub fn workload(&mut self, serving: Serving, key: &WorkloadKey) -> Report {
+        let (store, scope) = (self.store, self.scope);
+        let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, scope);
+        if !scope.kinds.contains(&key.kind) {
+            report.note =
+                Some(format!("{} is not rolled by this controller ({})", key.kind.kind(), kind_off(key.kind)));
+            return report;
         }
-    };
-    let decision = rules.evaluate(resource.kind, &resource.name, &state, workload);
-    problems.extend(decision.verdict.problems.iter().cloned());
-    let keys = rules.keys();
-    (pair.rule, pair.reason) = match (decision.verdict.mode, decision.container) {
-        (Some(Mode::Auto), None) => (
-            "not-referenced".to_string(),
-            format!(
-                "{}, but no container uses the {} (automatic reloads need a volume, env or envFrom reference)",
-                decision.verdict.rule.describe(keys, resource.kind),
-                resource.kind.kind()
+        let Some(workload) = store.workload(key) else {
+            report.note = Some(match &report.serving.not_selected {
+                Some(why) => format!("namespace {} is not served: {why}", key.namespace),
+                None => format!("no {} {} in namespace {}", key.kind.kind(), key.name, key.namespace),
+            });
+            return report;
+        };
+        report.found = true;
+        report.findings = lint::workload(self.rules.keys(), &workload);
+        let mut resources: BTreeSet<(ResourceKind, String)> =
+            workload.template.references().map(|(k, n)| (*k, n.to_string())).collect();
+        // Resources a `.../reload` list may name: every stored one of that kind in the namespace,
+        // and each plain name the list spells out (so a missing one shows up as absent).
+        for kind in [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass] {
+            let Some(list) = explicit_list(self.rules.keys(), &workload, kind) else { continue };
+            for stored in store.resource_keys(kind, Some(&key.namespace)) {
+                resources.insert((kind, stored.name.to_string()));
+            }
+            for entry in crate::reload::named_entries(list) {
+                resources.insert((kind, entry.to_string()));
+            }
+        }
+        let mut problems = BTreeSet::new();
+        for (kind, name) in resources {
+            let resource = ResourceKey { kind, namespace: key.namespace.clone(), name: name.as_str().into() };
+            let pair = self.pair(&report.serving, &resource, &workload, &mut problems);
+            if concerns(self.rules.keys(), &workload, kind, &pair) {
+                report.pairs.push(pair);
+            }
+        }
+        report.problems = problems.into_iter().collect();
+        report
+    }
+
+    /// Explain a resource: every workload a change of it concerns.
+    pub fn resource(&mut self, serving: Serving, key: &ResourceKey) -> Report {
+        let mut report = Report::new(key.kind.kind(), &key.namespace, &key.name, serving, self.scope);
+        report.found = self.store.resource(key).is_some();
+        if !report.found {
+            report.note = Some((self.absent_reason)(key));
+        }
+        let mut problems = BTreeSet::new();
+        for workload in self.store.candidates(key) {
+            let pair = self.pair(&report.serving, key, &workload, &mut problems);
+            if concerns(self.rules.keys(), &workload, key.kind, &pair) {
+                report.pairs.push(pair);
+            }
+        }
+        report.problems = problems.into_iter().collect();
+        report
+    }
+
+    /// What a change of `resource` does to `workload`, and why.
+    fn pair(
+        &mut self,
+        serving: &Serving,
+        resource: &ResourceKey,
+        workload: &Workload,
+        problems: &mut BTreeSet<Problem>,
+    ) -> Pair {
+        let (rules, store, scope, absent_reason) = (&mut self.rules, self.store, self.scope, self.absent_reason);
+        let state = store.resource(resource);
+        let mut pair = Pair {
+            resource_kind: resource.kind.kind(),
+            resource: resource.name.to_string(),
+            workload_kind: workload.key.kind.kind(),
+            workload: workload.key.name.to_string(),
+            reloads: false,
+            rule: String::new(),
+            reason: String::new(),
+            uses: uses(workload, resource.kind, &resource.name),
+            writes: None,
+            recorded_hash: None,
+            current_hash: state.as_ref().map(|s| s.hash.to_string()),
+        };
+        let outer = if let Some(why) = &serving.not_selected {
+            Some(("namespace-not-selected", format!("namespace {} is not served: {why}", resource.namespace)))
+        } else if !scope.kinds.contains(&workload.key.kind) {
+            Some((
+                "ignored-workload-type",
+                format!("{} is not rolled ({})", workload.key.kind.kind(), kind_off(workload.key.kind)),
+            ))
+        } else if !scope.resources.contains(&resource.kind) {
+            Some((
+                "ignored-resource-type",
+                format!("{}s are not watched ({})", resource.kind.kind(), resource_off(resource.kind)),
+            ))
+        } else {
+            None
+        };
+        let state: ResourceState = match (outer, state) {
+            (None, Some(state)) => state,
+            (outer, _) => {
+                let (rule, reason) = outer.unwrap_or_else(|| ("resource-absent", absent_reason(resource)));
+                pair.rule = rule.to_string();
+                pair.reason = reason;
+                return pair;
+            }
+        };
+        let decision = rules.evaluate(resource.kind, &resource.name, &state, workload);
+        problems.extend(decision.verdict.problems.iter().cloned());
+        let keys = rules.keys();
+        (pair.rule, pair.reason) = match (decision.verdict.mode, decision.container) {
+            (Some(Mode::Auto), None) => (
+                "not-referenced".to_string(),
+                format!(
+                    "{}, but no container uses the {} (automatic reloads need a volume, env or envFrom reference)",
+                    decision.verdict.rule.describe(keys, resource.kind),
+                    resource.kind.kind()
+                ),
             ),
-        ),
-        (Some(Mode::Explicit), None) => ("no-containers".to_string(), "the pod template has no containers".to_string()),
-        (_, _) => (rule_word(decision.verdict.rule), decision.verdict.rule.describe(keys, resource.kind)),
-    };
-    if let Some(container) = decision.container {
-        pair.reloads = true;
-        pair.writes = Some(strategy::record_place(scope.strategy, workload, resource.kind, &resource.name, container));
-        pair.recorded_hash = strategy::recorded(scope.strategy, workload, resource.kind, &resource.name, container);
+            (Some(Mode::Explicit), None) => {
+                ("no-containers".to_string(), "the pod template has no containers".to_string())
+            }
+            (_, _) => (rule_word(decision.verdict.rule), decision.verdict.rule.describe(keys, resource.kind)),
+        };
+        if let Some(container) = decision.container {
+            pair.reloads = true;
+            pair.writes =
+                Some(strategy::record_place(scope.strategy, workload, resource.kind, &resource.name, container));
+            pair.recorded_hash = strategy::recorded(scope.strategy, workload, resource.kind, &resource.name, container);
+        }
+        pair
     }
-    pair
 }
 
 /// Whether a pair is worth showing: the workload uses the resource, its `.../reload` list
@@ -484,11 +493,15 @@ mod tests {
         format!("no {} {}", key.kind.kind(), key.name)
     }
 
+    fn explain(scope: &Scope, serving: Serving, subject: Subject, name: &str) -> Report {
+        let store = store();
+        let rules = Rules::new(Keys::default(), Default::default());
+        Explainer { rules, store: &store, scope, absent_reason: &absent }.explain(subject, "ns", name, serving)
+    }
+
     #[test]
     fn a_workload_lists_each_resource_with_the_rule_that_decides() {
-        let mut rules = Rules::new(Keys::default(), Default::default());
-        let key = WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() };
-        let report = workload(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        let report = explain(&scope(), Serving::default(), Subject::Workload(WorkloadKind::Deployment), "web");
         let find = |name: &str| report.pairs.iter().find(|p| p.resource == name).expect("pair listed").clone();
         let config = find("config");
         assert!(config.reloads);
@@ -510,20 +523,18 @@ mod tests {
 
     #[test]
     fn a_resource_lists_the_workloads_a_change_concerns_and_outer_rules_come_first() {
-        let mut rules = Rules::new(Keys::default(), Default::default());
-        let key = ResourceKey { kind: ResourceKind::ConfigMap, namespace: "ns".into(), name: "config".into() };
-        let report = resource(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        let config = Subject::Resource(ResourceKind::ConfigMap);
+        let report = explain(&scope(), Serving::default(), config, "config");
         assert_eq!(report.pairs.len(), 1);
         assert!(report.pairs[0].reloads);
         let off = Serving { not_selected: Some("in --namespaces-to-ignore".into()), ..Default::default() };
-        let report = resource(&mut rules, &store(), &scope(), off, &key, &absent);
+        let report = explain(&scope(), off, config, "config");
         assert_eq!(report.pairs[0].rule, "namespace-not-selected");
         let mut only_secrets = scope();
         only_secrets.resources = vec![ResourceKind::Secret];
-        let report = resource(&mut rules, &store(), &only_secrets, Serving::default(), &key, &absent);
+        let report = explain(&only_secrets, Serving::default(), config, "config");
         assert_eq!(report.pairs[0].rule, "ignored-resource-type");
-        let key = WorkloadKey { kind: WorkloadKind::CronJob, namespace: "ns".into(), name: "web".into() };
-        let report = workload(&mut rules, &store(), &scope(), Serving::default(), &key, &absent);
+        let report = explain(&scope(), Serving::default(), Subject::Workload(WorkloadKind::CronJob), "web");
         assert!(!report.found);
         assert!(report.note.as_deref().is_some_and(|n| n.contains("--ignored-workload-types")), "{report:?}");
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -30,19 +30,48 @@ pub struct Metrics {
     pub change_latency: Histogram,
     /// The same reload counts per namespace, kept for the admin endpoint.
     pub namespaces: NamespaceStats,
-    /// `reloader_shards_active`: shards the engine has taken up (checkpoint loaded).
-    pub shards_active: prometheus::IntGauge,
     /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
     /// `dropped` because the queue was full.
     pub alerts: IntCounterVec,
+    /// What the engine holds now.
+    pub gauges: Gauges,
+}
+
+/// What the engine holds now, one gauge each.
+#[derive(Clone)]
+pub struct Gauges {
+    /// `reloader_shards_active`: shards the engine has taken up (checkpoint loaded).
+    pub shards_active: IntGauge,
     /// `reloader_deferred_writes`: workloads with a coalesced or budget-held write pending.
-    pub deferred_writes: prometheus::IntGauge,
+    pub deferred_writes: IntGauge,
     /// `reloader_rollouts_in_flight`: written workloads whose rollout counts against
     /// `--max-concurrent-rollouts` (not complete yet).
-    pub rollouts_in_flight: prometheus::IntGauge,
+    pub rollouts_in_flight: IntGauge,
     /// `reloader_events_pending`: reload Events made and not yet posted (they wait for a
     /// moment with no write out, at most 5 s).
-    pub events_pending: prometheus::IntGauge,
+    pub events_pending: IntGauge,
+}
+
+impl Gauges {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let gauge = IntGauge::new(name, help)?;
+            registry.register(Box::new(gauge.clone()))?;
+            Ok(gauge)
+        };
+        Ok(Gauges {
+            shards_active: gauge("reloader_shards_active", "Shards the engine has taken up and acts on")?,
+            deferred_writes: gauge(
+                "reloader_deferred_writes",
+                "Workloads with a coalesced or rollout-budget write pending",
+            )?,
+            rollouts_in_flight: gauge(
+                "reloader_rollouts_in_flight",
+                "Written workloads whose rollout is not complete yet (with --max-concurrent-rollouts)",
+            )?,
+            events_pending: gauge("reloader_events_pending", "Reload Events made and not yet posted")?,
+        })
+    }
 }
 
 impl Metrics {
@@ -97,27 +126,11 @@ impl Metrics {
             )
             .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         )?;
-        let shards_active =
-            prometheus::IntGauge::new("reloader_shards_active", "Shards the engine has taken up and acts on")?;
-        registry.register(Box::new(shards_active.clone()))?;
         let alerts = IntCounterVec::new(
             Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
             &["sink", "result"],
         )?;
         registry.register(Box::new(alerts.clone()))?;
-        let deferred_writes = prometheus::IntGauge::new(
-            "reloader_deferred_writes",
-            "Workloads with a coalesced or rollout-budget write pending",
-        )?;
-        registry.register(Box::new(deferred_writes.clone()))?;
-        let rollouts_in_flight = prometheus::IntGauge::new(
-            "reloader_rollouts_in_flight",
-            "Written workloads whose rollout is not complete yet (with --max-concurrent-rollouts)",
-        )?;
-        registry.register(Box::new(rollouts_in_flight.clone()))?;
-        let events_pending =
-            prometheus::IntGauge::new("reloader_events_pending", "Reload Events made and not yet posted")?;
-        registry.register(Box::new(events_pending.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
@@ -149,11 +162,8 @@ impl Metrics {
             invalid_annotations,
             change_latency,
             namespaces: NamespaceStats::default(),
-            shards_active,
             alerts,
-            deferred_writes,
-            rollouts_in_flight,
-            events_pending,
+            gauges: Gauges::register(registry)?,
         })
     }
 

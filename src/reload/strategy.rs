@@ -72,29 +72,15 @@ pub struct ReloadSource {
     pub observed_at: i64,
 }
 
-/// The patch that records `target` for the resource on container `container` of `workload`,
+/// The patch that records the item's target for its resource on its container of `workload`,
 /// or `None` when the workload already records it.
 ///
 /// `observed_at` is the wall-clock time in Unix seconds, written into `last-reloaded-from`.
-pub fn plan(
-    strategy: Strategy,
-    workload: &Workload,
-    kind: ResourceKind,
-    resource_name: &str,
-    container: usize,
-    target: Target,
-    observed_at: i64,
-) -> Option<Value> {
-    let container_name = &workload.template.containers.get(container)?.name;
+pub fn plan(strategy: Strategy, workload: &Workload, item: &Item, observed_at: i64) -> Option<Value> {
+    let container_name = &workload.template.containers.get(item.container)?.name;
     match strategy {
-        Strategy::EnvVars => plan_env_var(workload, kind, resource_name, container, container_name, target),
-        Strategy::Annotations => {
-            let hash = match target {
-                Target::Hash(h) => h,
-                Target::Deleted => delete_marker(),
-            };
-            plan_annotation(workload, kind, resource_name, container_name, hash, observed_at)
-        }
+        Strategy::EnvVars => plan_env_var(workload, item, container_name),
+        Strategy::Annotations => plan_annotation(workload, item, container_name, observed_at),
     }
 }
 
@@ -107,6 +93,12 @@ pub struct Item {
     pub target: Target,
 }
 
+impl Item {
+    pub fn new(kind: ResourceKind, name: &str, container: usize, target: Target) -> Self {
+        Item { kind, name: name.to_string(), container, target }
+    }
+}
+
 /// One patch that records every item on `workload` (a coalesced rollout), or `None` when it
 /// records them all already. Items are planned one after the other on the workload as the
 /// earlier ones leave it, so that the per-resource record keeps every hash.
@@ -114,10 +106,7 @@ pub fn plan_all(strategy: Strategy, workload: &Workload, items: &[Item], observe
     let mut current = workload.clone();
     let mut combined: Option<Value> = None;
     for item in items {
-        let Some(patch) = plan(strategy, &current, item.kind, &item.name, item.container, item.target, observed_at)
-        else {
-            continue;
-        };
+        let Some(patch) = plan(strategy, &current, item, observed_at) else { continue };
         absorb(&mut current, &patch, item.container);
         match combined.as_mut() {
             Some(all) => apply_strategic(all, &patch),
@@ -149,14 +138,9 @@ fn absorb(workload: &mut Workload, patch: &Value, container: usize) {
     }
 }
 
-fn plan_env_var(
-    workload: &Workload,
-    kind: ResourceKind,
-    resource_name: &str,
-    container: usize,
-    container_name: &str,
-    target: Target,
-) -> Option<Value> {
+fn plan_env_var(workload: &Workload, item: &Item, container_name: &str) -> Option<Value> {
+    let Item { kind, name: resource_name, container, target } = item;
+    let (kind, container, target) = (*kind, *container, *target);
     let var = env_var_name(resource_name, kind);
     let recorded = recorded_env_var(workload, kind, resource_name, container);
     let env = match (target, recorded.as_deref()) {
@@ -297,14 +281,12 @@ pub fn apply_strategic(target: &mut Value, patch: &Value) {
     }
 }
 
-fn plan_annotation(
-    workload: &Workload,
-    kind: ResourceKind,
-    resource_name: &str,
-    container_name: &str,
-    hash: DataHash,
-    observed_at: i64,
-) -> Option<Value> {
+fn plan_annotation(workload: &Workload, item: &Item, container_name: &str, observed_at: i64) -> Option<Value> {
+    let (kind, resource_name) = (item.kind, item.name.as_str());
+    let hash = match item.target {
+        Target::Hash(h) => h,
+        Target::Deleted => delete_marker(),
+    };
     let mut recorded = recorded_hashes(workload);
     let record_key = record_key(kind, resource_name);
     let hash_text = hash.to_string();
@@ -376,8 +358,12 @@ mod tests {
 
     #[test]
     fn env_vars_patch_has_reloaders_shape() {
-        let patch =
-            plan(Strategy::EnvVars, &workload(), ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash()), 0);
+        let patch = plan(
+            Strategy::EnvVars,
+            &workload(),
+            &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash())),
+            0,
+        );
         assert_eq!(
             patch,
             Some(json!({ "spec": { "template": { "spec": { "containers": [
@@ -390,18 +376,24 @@ mod tests {
     fn env_vars_is_a_no_op_when_the_hash_is_already_recorded() {
         let mut w = workload();
         w.template.containers[1].recorded.push(("STAKATER_MY_CONFIG_CONFIGMAP".into(), hash().to_string()));
-        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash()), 0), None);
+        assert_eq!(
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash())), 0),
+            None
+        );
         let other = DataHash::of_bytes(b"other");
-        assert!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "my-config", 1, Target::Hash(other), 0).is_some());
+        assert!(
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(other)), 0)
+                .is_some()
+        );
     }
 
     #[test]
     fn env_vars_delete_removes_the_var_only_when_present() {
         let mut w = workload();
-        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::Secret, "s", 0, Target::Deleted, 0), None);
+        assert_eq!(plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::Secret, "s", 0, Target::Deleted), 0), None);
         w.template.containers[0].recorded.push(("STAKATER_S_SECRET".into(), hash().to_string()));
         assert_eq!(
-            plan(Strategy::EnvVars, &w, ResourceKind::Secret, "s", 0, Target::Deleted, 0),
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::Secret, "s", 0, Target::Deleted), 0),
             Some(json!({ "spec": { "template": { "spec": { "containers": [
                 { "name": "sidecar", "env": [ { "name": "STAKATER_S_SECRET", "$patch": "delete" } ] }
             ] } } } }))
@@ -410,16 +402,8 @@ mod tests {
 
     #[test]
     fn annotation_json_has_reloader_v1_field_order() {
-        let patch = plan(
-            Strategy::Annotations,
-            &workload(),
-            ResourceKind::ConfigMap,
-            "cm",
-            1,
-            Target::Hash(hash()),
-            1700000000,
-        )
-        .expect("a first reload writes");
+        let item = Item::new(ResourceKind::ConfigMap, "cm", 1, Target::Hash(hash()));
+        let patch = plan(Strategy::Annotations, &workload(), &item, 1700000000).expect("a first reload writes");
         let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
             .as_str()
             .expect("annotation is a string");
@@ -436,7 +420,8 @@ mod tests {
     fn annotations_strategy_is_idempotent_per_resource() {
         let mut w = workload();
         let patch =
-            plan(Strategy::Annotations, &w, ResourceKind::ConfigMap, "a", 0, Target::Hash(hash()), 1).expect("writes");
+            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash())), 1)
+                .expect("writes");
         let recorded = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("string").to_string();
         w.annotations.insert(RELOADED_HASHES.into(), recorded);
         // A later reload for another resource overwrote last-reloaded-from...
@@ -446,7 +431,10 @@ mod tests {
                 .into(),
         );
         // ...yet replaying the change of `a` writes nothing.
-        assert_eq!(plan(Strategy::Annotations, &w, ResourceKind::ConfigMap, "a", 0, Target::Hash(hash()), 3), None);
+        assert_eq!(
+            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash())), 3),
+            None
+        );
     }
 
     #[test]
@@ -459,13 +447,17 @@ mod tests {
                 hash()
             ),
         );
-        assert_eq!(plan(Strategy::Annotations, &w, ResourceKind::Secret, "s", 1, Target::Hash(hash()), 9), None);
+        assert_eq!(
+            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::Secret, "s", 1, Target::Hash(hash())), 9),
+            None
+        );
     }
 
     #[test]
     fn annotations_delete_records_reloaders_marker() {
-        let patch = plan(Strategy::Annotations, &workload(), ResourceKind::ConfigMap, "cm", 0, Target::Deleted, 1)
-            .expect("writes");
+        let patch =
+            plan(Strategy::Annotations, &workload(), &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Deleted), 1)
+                .expect("writes");
         let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM].as_str().expect("string");
         assert!(value.contains("aae45badef99284e4dae01d6046154ea9d99532f"), "{value}");
     }
@@ -474,12 +466,15 @@ mod tests {
     fn a_cronjob_records_env_var_reloads_on_its_metadata() {
         let mut w = workload();
         w.key.kind = crate::watch::WorkloadKind::CronJob;
-        let patch = plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash()), 0)
+        let patch = plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash())), 0)
             .expect("a first reload writes");
         let record = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("recorded").to_string();
         assert_eq!(record, format!(r#"{{"CONFIGMAP/cm":"{}"}}"#, hash()));
         w.annotations.insert(RELOADED_HASHES.into(), record);
-        assert_eq!(plan(Strategy::EnvVars, &w, ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash()), 0), None);
+        assert_eq!(
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash())), 0),
+            None
+        );
     }
 
     #[test]

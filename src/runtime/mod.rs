@@ -362,10 +362,7 @@ async fn engine_config(
         compactor,
         ring: connection.ring.clone(),
         webhook: r.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
-        coalesce_window: r.coalesce_window,
-        max_rollouts_per_second: r.max_rollouts_per_second,
-        max_concurrent_rollouts: r.max_concurrent_rollouts,
-        max_concurrent_writes: r.max_concurrent_writes,
+        pacing: r.pacing.clone(),
     }
 }
 

@@ -217,24 +217,24 @@ pub async fn run(
         config,
         writer,
         metrics,
-        changes,
-        lint,
-        namespace_labelled: HashMap::new(),
-        selected: HashSet::new(),
-        streams: HashMap::new(),
-        next_stream: 0,
-        list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
-        background_permits: Arc::new(Semaphore::new(BACKGROUND_LISTS)),
-        background: background.borrow().clone(),
-        all_synced: false,
-        loading: HashSet::new(),
-        deferred: Vec::new(),
+        out: Out { changes, lint },
+        namespaces: Namespaces::default(),
+        streams: Streams {
+            running: HashMap::new(),
+            next_id: 0,
+            list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
+            background_permits: Arc::new(Semaphore::new(BACKGROUND_LISTS)),
+        },
+        shards: Shards {
+            owned: owned.borrow_and_update().clone(),
+            background: background.borrow().clone(),
+            synced_for: None,
+            all_synced: false,
+        },
         unselected: Unselected::default(),
         standby: Standby::default(),
         keeps_standby,
         csi: CsiState::default(),
-        owned: owned.borrow_and_update().clone(),
-        synced_for: None,
         seed_refused: seed::SeedRefused::default(),
     };
     let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
@@ -249,7 +249,7 @@ pub async fn run(
     let mut merged: Merged = futures::stream::SelectAll::new();
     let server_sharded = task.config.server_shards.active();
     if server_sharded {
-        task.config.server_shards.select(&task.config.ring, &task.owned);
+        task.config.server_shards.select(&task.config.ring, &task.shards.owned);
     }
     task.open_streams(&client, &mut merged);
     // With no stream to start (no owned namespace in scoped mode) the store is complete now.
@@ -267,8 +267,8 @@ pub async fn run(
             }
             Ok(()) = owned.changed() => {
                 let now_owned = owned.borrow_and_update().clone();
-                task.background = background.borrow().clone();
-                let before = task.owned.clone();
+                task.shards.background = background.borrow().clone();
+                let before = task.shards.owned.clone();
                 let gained = task.apply_ownership(now_owned, &synced);
                 if server_sharded {
                     // The API server sends the held shards only.
@@ -276,7 +276,7 @@ pub async fn run(
                 } else {
                     if gained && task.config.namespaces.is_none() && !task.keeps_standby {
                         // One watch covers every namespace: it relists to load the gained ones.
-                        info!(shards = ?task.owned, "gained shards; relisting watches to load them");
+                        info!(shards = ?task.shards.owned, "gained shards; relisting watches to load them");
                         task.stop_streams();
                     }
                     // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
@@ -316,26 +316,14 @@ struct WatchTask {
     compactor: Compactor,
     writer: Writer,
     metrics: Metrics,
-    changes: mpsc::Sender<Change>,
-    lint: Option<mpsc::Sender<Stored>>,
-    /// Every namespace seen, and whether its labels pass the namespace filter (the labels
-    /// themselves are not kept: a map of them per namespace was 6 MiB at 10,000 namespaces).
-    namespace_labelled: HashMap<String, bool>,
-    selected: HashSet<String>,
-    /// Running streams by id; an item of an id not here is from a stopped stream.
-    streams: HashMap<usize, StreamState>,
-    next_stream: usize,
-    list_permits: Arc<Semaphore>,
-    /// See [`BACKGROUND_LISTS`].
-    background_permits: Arc<Semaphore>,
-    /// See [`Links::background`].
-    background: BTreeSet<u32>,
-    /// Whether the first full list is done (later lists are diffed and sent as changes).
-    all_synced: bool,
-    /// Namespaces that joined the selection while the watches relist to load them.
-    loading: HashSet<String>,
-    /// Changes in `loading` namespaces, held until they are loaded.
-    deferred: Vec<Change>,
+    /// Where changes and stored objects go.
+    out: Out,
+    /// What is known of each namespace, and what waits for one to load.
+    namespaces: Namespaces,
+    /// The running watch streams and the permits their lists take.
+    streams: Streams,
+    /// The shards this task loads, and how far it got.
+    shards: Shards,
     /// ConfigMaps and Secrets of owned namespaces outside the label selection: the baseline of
     /// a namespace labelled in.
     unselected: Unselected,
@@ -347,12 +335,46 @@ struct WatchTask {
     /// Pod statuses and classes of the Secrets Store CSI driver, folded into one resource
     /// per SecretProviderClass.
     csi: CsiState,
-    /// Shards owned now.
-    owned: BTreeSet<u32>,
-    /// Shards the store is complete for.
-    synced_for: Option<BTreeSet<u32>>,
     /// Whether gained namespaces may be seeded from cluster-wide lists (see [`seed`]).
     seed_refused: seed::SeedRefused,
+}
+
+/// Where the watch task's results go (see [`Links`]).
+struct Out {
+    changes: mpsc::Sender<Change>,
+    lint: Option<mpsc::Sender<Stored>>,
+}
+
+#[derive(Default)]
+struct Namespaces {
+    /// Every namespace seen, and whether its labels pass the namespace filter (the labels
+    /// themselves are not kept: a map of them per namespace was 6 MiB at 10,000 namespaces).
+    labelled: HashMap<String, bool>,
+    selected: HashSet<String>,
+    /// Namespaces that joined the selection while the watches relist to load them.
+    loading: HashSet<String>,
+    /// Changes in `loading` namespaces, held until they are loaded.
+    deferred: Vec<Change>,
+}
+
+struct Streams {
+    /// Running streams by id; an item of an id not here is from a stopped stream.
+    running: HashMap<usize, StreamState>,
+    next_id: usize,
+    list_permits: Arc<Semaphore>,
+    /// See [`BACKGROUND_LISTS`].
+    background_permits: Arc<Semaphore>,
+}
+
+struct Shards {
+    /// Shards owned now.
+    owned: BTreeSet<u32>,
+    /// Of those, the ones that may load slowly: see [`Links::background`].
+    background: BTreeSet<u32>,
+    /// Shards the store is complete for.
+    synced_for: Option<BTreeSet<u32>>,
+    /// Whether the first full list is done (later lists are diffed and sent as changes).
+    all_synced: bool,
 }
 
 type NamespaceStream =
@@ -400,21 +422,21 @@ impl WatchTask {
         };
         let mut gained = false;
         match event {
-            WatchEvent::Init => self.namespace_labelled.clear(),
+            WatchEvent::Init => self.namespaces.labelled.clear(),
             WatchEvent::InitApply(ns) | WatchEvent::Apply(ns) => {
                 let name = ns.metadata.name.clone().unwrap_or_default();
                 let labels = ns.metadata.labels.unwrap_or_default();
                 let labelled = self.config.filter.select(&name, &labels).is_selected();
-                self.namespace_labelled.insert(name.clone(), labelled);
+                self.namespaces.labelled.insert(name.clone(), labelled);
                 gained |= self.reselect(&name, ns.metadata.resource_version.as_deref());
             }
             WatchEvent::Delete(ns) => {
                 let name = ns.metadata.name.clone().unwrap_or_default();
-                self.namespace_labelled.remove(&name);
+                self.namespaces.labelled.remove(&name);
                 self.reselect(&name, None);
             }
             WatchEvent::InitDone => {
-                let known: Vec<String> = self.selected.iter().cloned().collect();
+                let known: Vec<String> = self.namespaces.selected.iter().cloned().collect();
                 for name in known {
                     self.reselect(&name, None);
                 }
@@ -426,14 +448,14 @@ impl WatchTask {
     /// Re-evaluate one namespace (its Namespace object now at `resource_version`); returns true
     /// if it newly joined.
     fn reselect(&mut self, name: &str, resource_version: Option<&str>) -> bool {
-        let selected = self.namespace_labelled.get(name).copied().unwrap_or(false);
+        let selected = self.namespaces.labelled.get(name).copied().unwrap_or(false);
         if selected {
-            let joined = self.selected.insert(name.to_string());
-            if joined && self.all_synced {
-                self.loading.insert(name.to_string());
+            let joined = self.namespaces.selected.insert(name.to_string());
+            if joined && self.shards.all_synced {
+                self.namespaces.loading.insert(name.to_string());
                 // The relist that loads it diffs against the state its resources had when it
                 // joined: a change made since is a change, not a first sighting.
-                let owned = self.owned.contains(&self.config.ring.shard_of(name));
+                let owned = self.shards.owned.contains(&self.config.ring.shard_of(name));
                 for (key, state) in self.unselected.take_namespace(name, resource_version) {
                     if owned {
                         self.writer.apply_resource(key, state);
@@ -444,9 +466,9 @@ impl WatchTask {
             }
             joined
         } else {
-            self.loading.remove(name);
-            self.deferred.retain(|c| &*c.key.namespace != name);
-            if self.selected.remove(name) {
+            self.namespaces.loading.remove(name);
+            self.namespaces.deferred.retain(|c| &*c.key.namespace != name);
+            if self.namespaces.selected.remove(name) {
                 debug!(namespace = name, "namespace left the selection; forgetting its objects");
                 // Of a foreign namespace, the standby holds the objects.
                 let kept = self.standby.take(|ns| ns == name).resources;
@@ -465,7 +487,7 @@ impl WatchTask {
     fn keeps_unselected(&self, namespace: &str) -> bool {
         self.config.namespaces.is_none()
             && self.config.filter.needs_labels()
-            && (self.keeps_standby || self.owned.contains(&self.config.ring.shard_of(namespace)))
+            && (self.keeps_standby || self.shards.owned.contains(&self.config.ring.shard_of(namespace)))
     }
 
     /// Whether an object of `namespace`, a shard held elsewhere, goes to the standby: if the
@@ -473,7 +495,7 @@ impl WatchTask {
     fn stands_by(&self, namespace: &str) -> bool {
         self.keeps_standby
             && if self.config.filter.needs_labels() {
-                self.selected.contains(namespace)
+                self.namespaces.selected.contains(namespace)
             } else {
                 self.config.filter.select(namespace, &BTreeMap::new()).is_selected()
             }
@@ -489,11 +511,13 @@ impl WatchTask {
         let (standby_resources, standby_workloads) = self.standby.len();
         self.metrics.store_objects.with_label_values(&["standby"]).set((standby_resources + standby_workloads) as i64);
         self.metrics.namespaces_owned.set(self.writer.store().namespace_count() as i64);
-        if self.streams.values().all(|s| s.synced_once) && self.synced_for.as_ref() != Some(&self.owned) {
-            self.all_synced = true;
-            self.synced_for = Some(self.owned.clone());
-            info!(resources, workloads, shards = ?self.owned, "store in sync");
-            synced.send_replace(self.synced_for.clone());
+        if self.streams.running.values().all(|s| s.synced_once)
+            && self.shards.synced_for.as_ref() != Some(&self.shards.owned)
+        {
+            self.shards.all_synced = true;
+            self.shards.synced_for = Some(self.shards.owned.clone());
+            info!(resources, workloads, shards = ?self.shards.owned, "store in sync");
+            synced.send_replace(self.shards.synced_for.clone());
         }
     }
 
@@ -501,14 +525,14 @@ impl WatchTask {
     /// gained ones from the standby; returns whether shards were gained (then, without the
     /// standby, the watches must relist to load them).
     fn apply_ownership(&mut self, now_owned: BTreeSet<u32>, synced: &watch::Sender<Option<BTreeSet<u32>>>) -> bool {
-        let lost: BTreeSet<u32> = self.owned.difference(&now_owned).copied().collect();
-        let gained: BTreeSet<u32> = now_owned.difference(&self.owned).copied().collect();
+        let lost: BTreeSet<u32> = self.shards.owned.difference(&now_owned).copied().collect();
+        let gained: BTreeSet<u32> = now_owned.difference(&self.shards.owned).copied().collect();
         let standby = self.keeps_standby;
         // Lost shards leave `synced` before their objects leave the store: an engine that read
         // the store while taking a shard up and then still finds it synced read it whole.
-        if let Some(done) = self.synced_for.as_mut() {
+        if let Some(done) = self.shards.synced_for.as_mut() {
             done.retain(|s| now_owned.contains(s));
-            synced.send_replace(self.synced_for.clone());
+            synced.send_replace(self.shards.synced_for.clone());
         }
         if !lost.is_empty() {
             for namespace in self.writer.store().namespaces() {
@@ -544,13 +568,13 @@ impl WatchTask {
             }
             info!(shards = ?gained, resources, workloads, "gained shards; loaded from the standby, no relist");
         }
-        self.owned = now_owned;
+        self.shards.owned = now_owned;
         !gained.is_empty()
     }
 
     /// Whether `namespace` is in a shard held elsewhere; counts the object as foreign if so.
     fn is_foreign(&self, namespace: &str) -> bool {
-        let foreign = !self.owned.contains(&self.config.ring.shard_of(namespace));
+        let foreign = !self.shards.owned.contains(&self.config.ring.shard_of(namespace));
         if foreign {
             self.metrics.events_foreign.inc();
         }
@@ -558,7 +582,7 @@ impl WatchTask {
     }
 
     fn is_selected(&self, namespace: &str) -> bool {
-        if !self.owned.contains(&self.config.ring.shard_of(namespace)) {
+        if !self.shards.owned.contains(&self.config.ring.shard_of(namespace)) {
             return false;
         }
         if self.config.namespaces.is_some() {
@@ -566,14 +590,14 @@ impl WatchTask {
             return true;
         }
         if self.config.filter.needs_labels() {
-            self.selected.contains(namespace)
+            self.namespaces.selected.contains(namespace)
         } else {
             self.config.filter.select(namespace, &BTreeMap::new()).is_selected()
         }
     }
 
     async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
-        if !self.streams.contains_key(&stream) {
+        if !self.streams.running.contains_key(&stream) {
             return Ok(()); // from a stream just stopped
         }
         match incoming {
@@ -623,7 +647,7 @@ impl WatchTask {
         // gained) is not a change: its first change carries the store's hash as baseline. This
         // keeps a relist of thousands of objects from flooding the engine (and the watch task
         // from stalling on it while the API server waits for it to read).
-        let emit = self.stream(stream).synced_once || self.all_synced;
+        let emit = self.stream(stream).synced_once || self.shards.all_synced;
         match event {
             WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(obj) | WatchEvent::Apply(obj) => {
@@ -705,7 +729,7 @@ impl WatchTask {
                     return;
                 }
                 self.stream(stream).saw(&w.key.namespace, &w.key.name);
-                if self.lint.is_some() {
+                if self.out.lint.is_some() {
                     let before = self.writer.store().workload(&w.key);
                     let changed = before.is_none_or(|b| {
                         b.annotations != w.annotations || b.template.annotations != w.template.annotations
@@ -737,7 +761,7 @@ impl WatchTask {
 
     /// Tell the lint about a stored resource with annotations that look like Reloader's.
     fn lint_resource(&self, key: &ResourceKey, meta: &kube::api::ObjectMeta) {
-        if self.lint.is_none() {
+        if self.out.lint.is_none() {
             return;
         }
         let annotations: Annotations = meta
@@ -755,14 +779,14 @@ impl WatchTask {
 
     /// Pass a stored object to the lint, never waiting: a full queue drops it (counted).
     fn to_lint(&self, stored: Stored) {
-        let Some(lint) = &self.lint else { return };
+        let Some(lint) = &self.out.lint else { return };
         let result = if lint.try_send(stored).is_ok() { "sent" } else { "dropped" };
         self.metrics.lint_queued.with_label_values(&[result]).inc();
     }
 
     /// The state of a running stream; `apply` checked that it runs.
     fn stream(&mut self, id: usize) -> &mut StreamState {
-        self.streams.entry(id).or_insert_with(|| StreamState {
+        self.streams.running.entry(id).or_insert_with(|| StreamState {
             namespace: None,
             covers: None,
             group: None,
@@ -775,25 +799,25 @@ impl WatchTask {
 
     async fn send(&mut self, change: Change) -> Result<(), Error> {
         let key = &change.key;
-        if self.loading.contains(&*key.namespace) {
+        if self.namespaces.loading.contains(&*key.namespace) {
             debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, "resource changed; held until the namespace is loaded");
-            self.deferred.push(change);
+            self.namespaces.deferred.push(change);
             return Ok(());
         }
         let hash = change.observed.map(|h| h.to_string()).unwrap_or_default();
         debug!(kind = key.kind.kind(), namespace = %key.namespace, name = %key.name, hash, "resource changed");
-        self.changes.send(change).await.map_err(|_| Error::EngineGone)
+        self.out.changes.send(change).await.map_err(|_| Error::EngineGone)
     }
 
     /// Once every watch has listed, the namespaces that joined are loaded: send the changes
     /// held back for them (before that their workloads might not be stored yet, and a change
     /// would find nothing to reload).
     async fn release_loaded(&mut self) -> Result<(), Error> {
-        if self.loading.is_empty() || !self.streams.values().all(|s| s.synced_once) {
+        if self.namespaces.loading.is_empty() || !self.streams.running.values().all(|s| s.synced_once) {
             return Ok(());
         }
-        self.loading.clear();
-        for change in std::mem::take(&mut self.deferred) {
+        self.namespaces.loading.clear();
+        for change in std::mem::take(&mut self.namespaces.deferred) {
             self.send(change).await?;
         }
         Ok(())

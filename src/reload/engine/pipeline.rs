@@ -372,15 +372,17 @@ impl Engine {
         self.metrics.reconcile.with_label_values(&[result]).inc();
         self.metrics.reconcile_duration.with_label_values(&[result]).observe(elapsed);
         match outcome {
-            Outcome::Failed => self.schedule_retry(key.clone()),
+            Outcome::Failed => {
+                self.retries.failed(key.clone());
+            }
             Outcome::Done => {
                 self.metrics.change_latency.observe(elapsed);
-                self.clear_retry(key);
+                self.retries.clear(key);
             }
-            Outcome::Skipped => self.clear_retry(key),
+            Outcome::Skipped => self.retries.clear(key),
         }
         if self.acted.get(key) != acted_before {
-            self.dirty.insert(shard);
+            self.shards.dirty.insert(shard);
         }
     }
 }

@@ -11,11 +11,14 @@
 //!                                                                               leaves active
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use kube::Client;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use tracing::{debug, info, warn};
@@ -51,6 +54,61 @@ pub(super) struct Saving {
     hurry: CancellationToken,
     /// Saving shards to let them go.
     let_go: bool,
+}
+
+/// The shard book: the shards the engine acts on and their checkpoints, and those being taken
+/// up (checkpoint read), saved or let go (drained, checkpoint saved, then given back).
+pub(super) struct ShardBook {
+    /// To open each shard's checkpoint.
+    client: Client,
+    /// The active shards and their checkpoints.
+    pub(super) checkpoints: BTreeMap<u32, Checkpoint>,
+    /// Active shards whose acted-on hashes changed since their last save.
+    pub(super) dirty: BTreeSet<u32>,
+    /// The shards this replica may act on, from the lease room.
+    pub(super) owned: watch::Receiver<BTreeSet<u32>>,
+    /// The watch room's synced shards, read again once a take-up has read the store.
+    pub(super) synced: watch::Receiver<Option<BTreeSet<u32>>>,
+    /// Tells the lease room which shards the engine is on: see [`super::Outputs::active`].
+    pub(super) active: watch::Sender<BTreeSet<u32>>,
+    /// The checkpoint save running in the background, if any.
+    pub(super) saving: Option<Saving>,
+    /// Shards being taken up (their checkpoints read in the background), with the ticket of
+    /// the take-up: a read that comes back for another ticket is ignored.
+    pub(super) loading: HashMap<u32, u64>,
+    /// The checkpoint reads in flight.
+    pub(super) loads: FuturesUnordered<Load>,
+    /// Shards being let go (their changes no longer decided), with their failed saves.
+    pub(super) letting_go: BTreeMap<u32, u8>,
+    pub(super) next_ticket: u64,
+}
+
+impl ShardBook {
+    pub(super) fn new(
+        client: Client,
+        owned: watch::Receiver<BTreeSet<u32>>,
+        synced: watch::Receiver<Option<BTreeSet<u32>>>,
+        active: watch::Sender<BTreeSet<u32>>,
+    ) -> Self {
+        ShardBook {
+            client,
+            checkpoints: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            owned,
+            synced,
+            active,
+            saving: None,
+            loading: HashMap::new(),
+            loads: FuturesUnordered::new(),
+            letting_go: BTreeMap::new(),
+            next_ticket: 0,
+        }
+    }
+
+    /// The shards to act on: complete in the store and still owned.
+    pub(super) fn wanted(&mut self) -> BTreeSet<u32> {
+        wanted(&mut self.synced, &mut self.owned)
+    }
 }
 
 impl Engine {
@@ -116,7 +174,8 @@ impl Engine {
 
     /// Whether `shard` is still owned and complete in the store.
     fn holds(&self, shard: u32) -> bool {
-        self.owned.borrow().contains(&shard) && self.synced.borrow().as_ref().is_some_and(|s| s.contains(&shard))
+        self.shards.owned.borrow().contains(&shard)
+            && self.shards.synced.borrow().as_ref().is_some_and(|s| s.contains(&shard))
     }
 
     pub(super) fn shard_of(&self, key: &ResourceKey) -> u32 {
@@ -125,7 +184,7 @@ impl Engine {
 
     /// Whether changes of `shard` are acted on here: taken up and not being let go.
     pub(super) fn acts_on(&self, shard: u32) -> bool {
-        self.checkpoints.contains_key(&shard) && !self.letting_go.contains_key(&shard)
+        self.shards.checkpoints.contains_key(&shard) && !self.shards.letting_go.contains_key(&shard)
     }
 
     fn checkpoint_name(&self, shard: u32) -> String {
@@ -144,42 +203,48 @@ impl Engine {
     /// up anew once it is gone.
     pub(super) fn follow(&mut self, wanted: &BTreeSet<u32>) {
         // A take-up no longer wanted is dropped: what its read brings back is not used.
-        self.loading.retain(|shard, _| wanted.contains(shard));
+        self.shards.loading.retain(|shard, _| wanted.contains(shard));
         let lost: Vec<u32> = self
+            .shards
             .checkpoints
             .keys()
-            .filter(|s| !wanted.contains(s) && !self.letting_go.contains_key(s))
+            .filter(|s| !wanted.contains(s) && !self.shards.letting_go.contains_key(s))
             .copied()
             .collect();
         let ring = self.config.ring.clone();
         for shard in lost {
             // From now its changes are not decided: the next owner finds them, as they are not
             // in the checkpoint. Deferred writes are dropped for the same reason.
-            self.letting_go.insert(shard, 0);
+            self.shards.letting_go.insert(shard, 0);
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
             debug!(shard, "letting go: its writes in flight land, then its checkpoint is saved");
         }
         // Owned now, and said so before acting: a Lease is never released under a shard being
         // taken up (the lease room withdraws it, then waits for it to leave `active`).
-        let owned = self.owned.borrow().clone();
+        let owned = self.shards.owned.borrow().clone();
         let taking: Vec<u32> = wanted
             .iter()
             .copied()
-            .filter(|s| !self.checkpoints.contains_key(s) && !self.loading.contains_key(s) && owned.contains(s))
+            .filter(|s| {
+                !self.shards.checkpoints.contains_key(s) && !self.shards.loading.contains_key(s) && owned.contains(s)
+            })
             .collect();
         // The checkpoints of a handoff's shards are read at once, none waiting for another's,
         // and no change of another shard waits for them.
         for shard in taking {
-            self.next_ticket += 1;
-            let ticket = self.next_ticket;
-            self.loading.insert(shard, ticket);
-            let mut checkpoint =
-                Checkpoint::new(self.client.clone(), &self.config.checkpoint_namespace, &self.checkpoint_name(shard));
+            self.shards.next_ticket += 1;
+            let ticket = self.shards.next_ticket;
+            self.shards.loading.insert(shard, ticket);
+            let mut checkpoint = Checkpoint::new(
+                self.shards.client.clone(),
+                &self.config.checkpoint_namespace,
+                &self.checkpoint_name(shard),
+            );
             let read = tokio::spawn(async move {
                 let content = checkpoint.load().await;
                 content.map(|content| (checkpoint, content)).map_err(|err| err.to_string())
             });
-            self.loads.push(
+            self.shards.loads.push(
                 async move {
                     let result = read.await.unwrap_or_else(|err| Err(format!("the read ended: {err}")));
                     Loaded { shard, ticket, result }
@@ -195,32 +260,32 @@ impl Engine {
     /// other save runs (a regular one is hurried), save their checkpoints in the background,
     /// a few at once. Called after everything that may have freed them.
     pub(super) fn advance_let_go(&mut self) {
-        if self.letting_go.is_empty() {
+        if self.shards.letting_go.is_empty() {
             return;
         }
-        if let Some(saving) = &self.saving {
+        if let Some(saving) = &self.shards.saving {
             if !saving.let_go {
                 saving.hurry.cancel();
             }
             return;
         }
-        let writing = self.in_flight_in(|shard| self.letting_go.contains_key(&shard));
+        let writing = self.in_flight_in(|shard| self.shards.letting_go.contains_key(&shard));
         if !writing {
             // Every shard let go is saved (a save that would write what the checkpoint holds
             // writes nothing): resources loaded since the last save (a namespace labelled in)
             // go into it with their baselines, so the next owner finds them known.
-            let shards = self.letting_go.keys().copied().collect();
+            let shards = self.shards.letting_go.keys().copied().collect();
             self.spawn_save(shards, true);
         }
     }
 
     /// Drop a shard whose let-go is saved (or given up on).
     fn drop_shard(&mut self, shard: u32) {
-        self.letting_go.remove(&shard);
-        self.checkpoints.remove(&shard);
-        self.dirty.remove(&shard);
+        self.shards.letting_go.remove(&shard);
+        self.shards.checkpoints.remove(&shard);
+        self.shards.dirty.remove(&shard);
         for key in self.acted.forget(shard) {
-            self.clear_retry(&key);
+            self.retries.clear(&key);
         }
         let ring = self.config.ring.clone();
         self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
@@ -230,13 +295,18 @@ impl Engine {
     /// Shards acted on, being let go or being taken up, for the lease room (which releases a
     /// shard's Lease once it has left); the metric counts those acted on.
     fn publish_active(&mut self) {
-        self.metrics.shards_active.set(self.checkpoints.len().saturating_sub(self.letting_go.len()) as i64);
-        self.active.send_replace(self.checkpoints.keys().chain(self.loading.keys()).copied().collect());
+        self.metrics
+            .gauges
+            .shards_active
+            .set(self.shards.checkpoints.len().saturating_sub(self.shards.letting_go.len()) as i64);
+        self.shards
+            .active
+            .send_replace(self.shards.checkpoints.keys().chain(self.shards.loading.keys()).copied().collect());
     }
 
     /// Whether every shard of `wanted` is acted on or being taken up.
     pub(super) fn follows(&self, wanted: &BTreeSet<u32>) -> bool {
-        wanted.iter().all(|s| self.acts_on(*s) || self.loading.contains_key(s))
+        wanted.iter().all(|s| self.acts_on(*s) || self.shards.loading.contains_key(s))
     }
 
     /// Finish taking up a shard whose checkpoint was read: compare the store with it and queue
@@ -244,10 +314,10 @@ impl Engine {
     /// gained again) is ignored: only the latest take-up of a shard is finished.
     pub(super) async fn take_up(&mut self, loaded: Loaded) {
         let Loaded { shard, ticket, result } = loaded;
-        if self.loading.get(&shard) != Some(&ticket) {
+        if self.shards.loading.get(&shard) != Some(&ticket) {
             return;
         }
-        self.loading.remove(&shard);
+        self.shards.loading.remove(&shard);
         let (checkpoint, loaded) = match result {
             Ok(read) => read,
             Err(err) => {
@@ -274,10 +344,10 @@ impl Engine {
             info!(shard, "shard lost while being taken up; left to its next owner");
             return;
         }
-        self.checkpoints.insert(shard, checkpoint);
+        self.shards.checkpoints.insert(shard, checkpoint);
         self.publish_active();
         info!(shard, changes = work.len(), "shard taken up; reconciling it against its checkpoint");
-        self.dirty.insert(shard);
+        self.shards.dirty.insert(shard);
         if first_start {
             // Saved before acting: should this replica die before its next save, the next
             // owner finds the baselines, not a first start that would take the store's state
@@ -294,7 +364,7 @@ impl Engine {
     /// Wait for every checkpoint read in flight and finish those take-ups (at start, where
     /// readiness waits for the first reconcile).
     pub(super) async fn finish_loading(&mut self) {
-        while let Some(loaded) = futures::StreamExt::next(&mut self.loads).await {
+        while let Some(loaded) = futures::StreamExt::next(&mut self.shards.loads).await {
             self.take_up(loaded).await;
         }
     }
@@ -305,16 +375,19 @@ impl Engine {
     /// the checkpoint it is writing). One checkpoint at a time: 16 written at once (120 KB
     /// each at 10,000 namespaces) held the API server's events 0.2 s.
     pub(super) fn start_save(&mut self) {
-        let shards = std::mem::take(&mut self.dirty).into_iter().filter(|s| self.checkpoints.contains_key(s)).collect();
+        let shards = std::mem::take(&mut self.shards.dirty)
+            .into_iter()
+            .filter(|s| self.shards.checkpoints.contains_key(s))
+            .collect();
         self.spawn_save(shards, false);
     }
 
     /// Save the checkpoints of `shards` in the background: one at a time, or, to let them go,
     /// [`CHECKPOINT_SAVES`] at once (the next owners wait for them) and never hurried.
     fn spawn_save(&mut self, shards: BTreeSet<u32>, let_go: bool) {
-        self.dirty.retain(|s| !shards.contains(s));
+        self.shards.dirty.retain(|s| !shards.contains(s));
         let checkpoints: Vec<(u32, Checkpoint)> =
-            shards.iter().filter_map(|&s| Some((s, self.checkpoints.get(&s)?.clone()))).collect();
+            shards.iter().filter_map(|&s| Some((s, self.shards.checkpoints.get(&s)?.clone()))).collect();
         // The engine only copies its maps; the store is read in the background.
         let acted = Arc::new(self.acted.copies(&shards));
         let (store, ring) = (self.store.clone(), self.config.ring.clone());
@@ -341,7 +414,7 @@ impl Engine {
             }
             results
         });
-        self.saving = Some(Saving { task, shards, hurry, let_go });
+        self.shards.saving = Some(Saving { task, shards, hurry, let_go });
     }
 
     /// Take in a finished background save; false if any checkpoint was not saved (it is dirty
@@ -357,18 +430,18 @@ impl Engine {
         let mut ok = results.len() == shards.len();
         let mut saved = BTreeSet::new();
         let attempted: BTreeSet<u32> = results.iter().map(|(shard, _, _)| *shard).collect();
-        self.dirty.extend(shards.difference(&attempted).filter(|s| self.checkpoints.contains_key(s)));
+        self.shards.dirty.extend(shards.difference(&attempted).filter(|s| self.shards.checkpoints.contains_key(s)));
         for (shard, checkpoint, result) in results {
             match result {
                 Ok(()) => {
-                    if let Some(kept) = self.checkpoints.get_mut(&shard) {
+                    if let Some(kept) = self.shards.checkpoints.get_mut(&shard) {
                         *kept = checkpoint;
                     }
                     saved.insert(shard);
                 }
                 Err(err) => {
                     ok = false;
-                    self.dirty.insert(shard);
+                    self.shards.dirty.insert(shard);
                     self.metrics.errors.with_label_values(&["checkpoint"]).inc();
                     warn!(shard, error = %err, "saving the checkpoint failed; retrying");
                 }
@@ -376,7 +449,7 @@ impl Engine {
         }
         if let_go {
             for shard in shards {
-                let Some(failures) = self.letting_go.get_mut(&shard) else { continue };
+                let Some(failures) = self.shards.letting_go.get_mut(&shard) else { continue };
                 if !saved.contains(&shard) && *failures == 0 {
                     *failures = 1;
                     continue;
@@ -386,7 +459,7 @@ impl Engine {
                 }
                 self.drop_shard(shard);
             }
-            let wanted = wanted(&mut self.synced, &mut self.owned);
+            let wanted = self.shards.wanted();
             if !self.follows(&wanted) {
                 self.follow(&wanted);
             }
@@ -401,12 +474,12 @@ impl Engine {
     pub(super) async fn finish_letting_go(&mut self) {
         loop {
             self.advance_let_go();
-            if self.letting_go.is_empty() {
+            if self.shards.letting_go.is_empty() {
                 return;
             }
             tokio::select! {
                 Some(landed) = self.pipeline.next_landed(), if self.pipeline.is_running() => self.land(landed),
-                Some((saving, done)) = saving_done(&mut self.saving) => {
+                Some((saving, done)) = saving_done(&mut self.shards.saving) => {
                     self.saved(saving, done);
                 }
             }
@@ -416,10 +489,12 @@ impl Engine {
     /// Save the checkpoint of `shard` now (a failed save stays dirty, for the next save).
     async fn save_now(&mut self, shard: u32) {
         let acted = self.acted.copies(&BTreeSet::from([shard]));
-        let (Some(map), Some(checkpoint)) = (acted.get(&shard), self.checkpoints.get_mut(&shard)) else { return };
+        let (Some(map), Some(checkpoint)) = (acted.get(&shard), self.shards.checkpoints.get_mut(&shard)) else {
+            return;
+        };
         match checkpoint.save(&acted::entries(map, shard, &self.store, &self.config.ring)).await {
             Ok(()) => {
-                self.dirty.remove(&shard);
+                self.shards.dirty.remove(&shard);
             }
             Err(err) => {
                 self.metrics.errors.with_label_values(&["checkpoint"]).inc();

@@ -74,9 +74,10 @@ fn explain_agrees(
         resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass],
     };
     let absent = |_: &ResourceKey| "absent".to_string();
-    let mut rules = Rules::new(keys.clone(), options.clone());
-    let by_resource = explain::resource(&mut rules, &store, &scope, Default::default(), &resource, &absent);
-    let by_workload = explain::workload(&mut rules, &store, &scope, Default::default(), &workload.key, &absent);
+    let rules = Rules::new(keys.clone(), options.clone());
+    let mut explainer = explain::Explainer { rules, store: &store, scope: &scope, absent_reason: &absent };
+    let by_resource = explainer.resource(Default::default(), &resource);
+    let by_workload = explainer.workload(Default::default(), &workload.key);
     for report in [by_resource, by_workload] {
         let pair = report.pairs.iter().find(|p| p.resource == name && p.resource_kind == kind.kind());
         match pair {

@@ -20,7 +20,7 @@ impl WatchTask {
         stream: usize,
         event: WatchEvent<SlimSpcPodStatus>,
     ) -> Result<(), Error> {
-        let emit = self.stream(stream).synced_once || self.all_synced;
+        let emit = self.stream(stream).synced_once || self.shards.all_synced;
         match event {
             WatchEvent::Init => self.stream(stream).start_list(),
             WatchEvent::InitApply(status) | WatchEvent::Apply(status) => {

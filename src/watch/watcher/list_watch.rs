@@ -89,7 +89,7 @@ async fn step<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    use watcher::Error::{InitialListFailed, NoResourceVersion, WatchError, WatchFailed, WatchStartFailed};
+    use watcher::Error::WatchStartFailed;
     match state {
         State::Empty => match config.initial_list_strategy {
             InitialListStrategy::ListWatch => {
@@ -127,22 +127,7 @@ where
             Some(object) => (Some(Ok(Event::InitApply(object))), State::BridgedPage(objects, feed)),
             None => (Some(Ok(Event::InitDone)), State::Bridged(feed)),
         },
-        State::Bridged(mut feed) => {
-            let opens = feed.opens();
-            let next = tokio::select! {
-                biased;
-                event = feed.next() => Ok(event),
-                turn = opens.clone().acquire_owned() => Err(turn.ok()),
-            };
-            let turn = match next {
-                Ok(Some(event)) => return (Some(Ok(event)), State::Bridged(feed)),
-                // The bridge stopped: open now, in turn.
-                Ok(None) => opens.acquire_owned().await.ok(),
-                Err(turn) => turn,
-            };
-            let (version, left) = feed.leave();
-            (None, State::Opening { version, left: left.into(), turn })
-        }
+        State::Bridged(feed) => bridged(feed).await,
         State::Opening { version, mut left, turn } => match left.pop_front() {
             Some(event) => (Some(Ok(event)), State::Opening { version, left, turn }),
             None => match Events::open(api, client, &watch_params(config, false), &version).await {
@@ -150,69 +135,122 @@ where
                 Err(err) => (Some(Err(WatchStartFailed(err))), State::Listed(version)),
             },
         },
-        State::Page { mut objects, continue_token, version } => {
-            if let Some(object) = objects.pop_front() {
-                return (Some(Ok(Event::InitApply(object))), State::Page { objects, continue_token, version });
-            }
-            if continue_token.is_none()
-                && let Some(version) = version
-            {
-                return (Some(Ok(Event::InitDone)), State::Listed(version));
-            }
-            let mut params = list_params(config);
-            params.continue_token = continue_token;
-            match api.list(&params).await {
-                Ok(list) => {
-                    let version = list.metadata.resource_version.filter(|v| !v.is_empty());
-                    let continue_token = list.metadata.continue_.filter(|c| !c.is_empty());
-                    if version.is_none() && continue_token.is_none() {
-                        return (Some(Err(NoResourceVersion)), State::Empty);
-                    }
-                    (None, State::Page { objects: list.items.into(), continue_token, version })
-                }
-                Err(err) => (Some(Err(InitialListFailed(err))), State::Empty),
-            }
-        }
-        State::InitialEvents(mut events) => match events.next(config.timeout).await {
-            Some(Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))) => {
-                (Some(Ok(Event::InitApply(object))), State::InitialEvents(events))
-            }
-            // The API server sends none before the initial state is complete.
-            Some(Ok(WatchEvent::Deleted(_))) => (None, State::InitialEvents(events)),
-            Some(Ok(WatchEvent::Bookmark(mark))) if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
-                (Some(Ok(Event::InitDone)), State::Watching(mark.metadata.resource_version, events))
-            }
-            Some(Ok(WatchEvent::Bookmark(_))) => (None, State::InitialEvents(events)),
-            Some(Ok(WatchEvent::Error(status))) => {
-                let next = if status.code == 410 { State::Empty } else { State::InitialEvents(events) };
-                (Some(Err(WatchError(status))), next)
-            }
-            Some(Err(err)) => (Some(Err(WatchFailed(err))), State::Empty),
-            None => (None, State::Empty),
-        },
+        State::Page { objects, continue_token, version } => page(api, config, objects, continue_token, version).await,
+        State::InitialEvents(events) => initial_event(config, events).await,
         State::Listed(version) => match Events::open(api, client, &watch_params(config, false), &version).await {
             Ok(events) => (None, State::Watching(version, events)),
             Err(err) => (Some(Err(WatchStartFailed(err))), State::Listed(version)),
         },
-        State::Watching(version, mut events) => match events.next(config.timeout).await {
-            Some(Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))) => {
-                match object.resource_version().filter(|v| !v.is_empty()) {
-                    Some(at) => (Some(Ok(Event::Apply(object))), State::Watching(at, events)),
-                    None => (Some(Err(NoResourceVersion)), State::Empty),
-                }
+        State::Watching(version, events) => watch_event(config, version, events).await,
+    }
+}
+
+/// The next object of a listed page, or the next page.
+async fn page<K>(
+    api: &Api<K>,
+    config: &watcher::Config,
+    mut objects: VecDeque<K>,
+    continue_token: Option<String>,
+    version: Option<String>,
+) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    use watcher::Error::{InitialListFailed, NoResourceVersion};
+    if let Some(object) = objects.pop_front() {
+        return (Some(Ok(Event::InitApply(object))), State::Page { objects, continue_token, version });
+    }
+    if continue_token.is_none()
+        && let Some(version) = version
+    {
+        return (Some(Ok(Event::InitDone)), State::Listed(version));
+    }
+    let mut params = list_params(config);
+    params.continue_token = continue_token;
+    match api.list(&params).await {
+        Ok(list) => {
+            let version = list.metadata.resource_version.filter(|v| !v.is_empty());
+            let continue_token = list.metadata.continue_.filter(|c| !c.is_empty());
+            if version.is_none() && continue_token.is_none() {
+                return (Some(Err(NoResourceVersion)), State::Empty);
             }
-            Some(Ok(WatchEvent::Deleted(object))) => match object.resource_version().filter(|v| !v.is_empty()) {
-                Some(at) => (Some(Ok(Event::Delete(object))), State::Watching(at, events)),
+            (None, State::Page { objects: list.items.into(), continue_token, version })
+        }
+        Err(err) => (Some(Err(InitialListFailed(err))), State::Empty),
+    }
+}
+
+/// The next event fed by the bridge; when it stops (or this stream's turn to open comes), the
+/// events it still holds are handed on and the stream opens its own watch.
+async fn bridged<K>(mut feed: Feed<K>) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let opens = feed.opens();
+    let next = tokio::select! {
+        biased;
+        event = feed.next() => Ok(event),
+        turn = opens.clone().acquire_owned() => Err(turn.ok()),
+    };
+    let turn = match next {
+        Ok(Some(event)) => return (Some(Ok(event)), State::Bridged(feed)),
+        // The bridge stopped: open now, in turn.
+        Ok(None) => opens.acquire_owned().await.ok(),
+        Err(turn) => turn,
+    };
+    let (version, left) = feed.leave();
+    (None, State::Opening { version, left: left.into(), turn })
+}
+
+/// The next event of a streaming list, until the bookmark that ends its initial events.
+async fn initial_event<K>(config: &watcher::Config, mut events: Events<K>) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    use watcher::Error::{WatchError, WatchFailed};
+    match events.next(config.timeout).await {
+        Some(Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))) => {
+            (Some(Ok(Event::InitApply(object))), State::InitialEvents(events))
+        }
+        // The API server sends none before the initial state is complete.
+        Some(Ok(WatchEvent::Deleted(_))) => (None, State::InitialEvents(events)),
+        Some(Ok(WatchEvent::Bookmark(mark))) if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
+            (Some(Ok(Event::InitDone)), State::Watching(mark.metadata.resource_version, events))
+        }
+        Some(Ok(WatchEvent::Bookmark(_))) => (None, State::InitialEvents(events)),
+        Some(Ok(WatchEvent::Error(status))) => {
+            let next = if status.code == 410 { State::Empty } else { State::InitialEvents(events) };
+            (Some(Err(WatchError(status))), next)
+        }
+        Some(Err(err)) => (Some(Err(WatchFailed(err))), State::Empty),
+        None => (None, State::Empty),
+    }
+}
+
+/// The next event of a watch from `version`; a closed watch is reopened from where it was.
+async fn watch_event<K>(config: &watcher::Config, version: String, mut events: Events<K>) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    use watcher::Error::{NoResourceVersion, WatchError, WatchFailed};
+    match events.next(config.timeout).await {
+        Some(Ok(WatchEvent::Added(object) | WatchEvent::Modified(object))) => {
+            match object.resource_version().filter(|v| !v.is_empty()) {
+                Some(at) => (Some(Ok(Event::Apply(object))), State::Watching(at, events)),
                 None => (Some(Err(NoResourceVersion)), State::Empty),
-            },
-            Some(Ok(WatchEvent::Bookmark(mark))) => (None, State::Watching(mark.metadata.resource_version, events)),
-            Some(Ok(WatchEvent::Error(status))) => {
-                let next = if status.code == 410 { State::Empty } else { State::Watching(version, events) };
-                (Some(Err(WatchError(status))), next)
             }
-            Some(Err(err)) => (Some(Err(WatchFailed(err))), State::Listed(version)),
-            None => (None, State::Listed(version)),
+        }
+        Some(Ok(WatchEvent::Deleted(object))) => match object.resource_version().filter(|v| !v.is_empty()) {
+            Some(at) => (Some(Ok(Event::Delete(object))), State::Watching(at, events)),
+            None => (Some(Err(NoResourceVersion)), State::Empty),
         },
+        Some(Ok(WatchEvent::Bookmark(mark))) => (None, State::Watching(mark.metadata.resource_version, events)),
+        Some(Ok(WatchEvent::Error(status))) => {
+            let next = if status.code == 410 { State::Empty } else { State::Watching(version, events) };
+            (Some(Err(WatchError(status))), next)
+        }
+        Some(Err(err)) => (Some(Err(WatchFailed(err))), State::Listed(version)),
+        None => (None, State::Listed(version)),
     }
 }
 

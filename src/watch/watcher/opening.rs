@@ -51,11 +51,11 @@ impl WatchTask {
     /// connection of its own).
     fn wanted_scopes(&self) -> HashSet<Option<String>> {
         match &self.config.namespaces {
-            _ if self.owned.is_empty() => HashSet::new(),
+            _ if self.shards.owned.is_empty() => HashSet::new(),
             None => HashSet::from([None]),
             Some(list) => list
                 .iter()
-                .filter(|ns| self.owned.contains(&self.config.ring.shard_of(ns)))
+                .filter(|ns| self.shards.owned.contains(&self.config.ring.shard_of(ns)))
                 .cloned()
                 .map(Some)
                 .collect(),
@@ -65,11 +65,11 @@ impl WatchTask {
     /// Stop every stream; `open_streams` then starts them afresh, each with a full list. With
     /// server-side sharding they then select every held shard, in one set.
     pub(super) fn stop_streams(&mut self) {
-        for (_, state) in self.streams.drain() {
+        for (_, state) in self.streams.running.drain() {
             state.stop.cancel();
         }
         if self.config.server_shards.active() {
-            self.config.server_shards.select(&self.config.ring, &self.owned);
+            self.config.server_shards.select(&self.config.ring, &self.shards.owned);
         }
         self.metrics.streams.set(0);
     }
@@ -79,21 +79,22 @@ impl WatchTask {
     pub(super) fn open_streams(&mut self, client: &Client, merged: &mut Merged) {
         let wanted = self.wanted_scopes();
         let server_shards = self.config.server_shards.clone();
-        self.streams.retain(|_, state| {
+        self.streams.running.retain(|_, state| {
             let keep = wanted.contains(&state.namespace);
             if !keep {
                 stop(&server_shards, state);
             }
             keep
         });
-        self.metrics.streams.set(self.streams.len() as i64);
-        let running: HashSet<Option<String>> = self.streams.values().map(|s| s.namespace.clone()).collect();
+        self.metrics.streams.set(self.streams.running.len() as i64);
+        let running: HashSet<Option<String>> = self.streams.running.values().map(|s| s.namespace.clone()).collect();
         let configs = self.configs(None);
-        let covers = server_shards.active().then(|| self.owned.clone());
+        let covers = server_shards.active().then(|| self.shards.owned.clone());
         let new: Vec<&Option<String>> = wanted.difference(&running).collect();
         let mut seeds = self.seeds(&new);
         for scope in new {
-            let background = scope.as_ref().is_some_and(|ns| self.background.contains(&self.config.ring.shard_of(ns)));
+            let background =
+                scope.as_ref().is_some_and(|ns| self.shards.background.contains(&self.config.ring.shard_of(ns)));
             let set = SetOf { covers: covers.clone(), group: None, background };
             self.start_set(client, merged, scope, &configs, set, &mut seeds);
         }
@@ -104,7 +105,7 @@ impl WatchTask {
     /// lists at startup stay per namespace: they are streamed (see `configs`).
     fn seeds(&self, new: &[&Option<String>]) -> Option<Seeds> {
         let gained: HashSet<String> = new.iter().filter_map(|scope| scope.as_ref().cloned()).collect();
-        let wanted = self.all_synced && gained.len() >= SEED_MIN_NAMESPACES && !self.seed_refused.get();
+        let wanted = self.shards.all_synced && gained.len() >= SEED_MIN_NAMESPACES && !self.seed_refused.get();
         wanted.then(|| Seeds::new(gained, self.seed_refused.clone()))
     }
 
@@ -114,25 +115,25 @@ impl WatchTask {
     /// watch with the held shards, so that the API server stops sending the lost ones; so do
     /// gains past [`MAX_GROUPS`] groups.
     pub(super) fn follow_server_shards(&mut self, client: &Client, merged: &mut Merged, before: &BTreeSet<u32>) {
-        let gained: BTreeSet<u32> = self.owned.difference(before).copied().collect();
-        let lost = !before.is_subset(&self.owned);
+        let gained: BTreeSet<u32> = self.shards.owned.difference(before).copied().collect();
+        let lost = !before.is_subset(&self.shards.owned);
         if gained.is_empty() && !lost {
             return;
         }
-        let groups: HashSet<&String> = self.streams.values().filter_map(|s| s.group.as_ref()).collect();
-        let group = if !lost && groups.len() < MAX_GROUPS && !self.streams.is_empty() {
+        let groups: HashSet<&String> = self.streams.running.values().filter_map(|s| s.group.as_ref()).collect();
+        let group = if !lost && groups.len() < MAX_GROUPS && !self.streams.running.is_empty() {
             self.config.server_shards.add_group(&self.config.ring, &gained)
         } else {
             None
         };
         let Some(marker) = group else {
-            info!(shards = ?self.owned, "shards changed; restarting the server-sharded watches with the held shards");
+            info!(shards = ?self.shards.owned, "shards changed; restarting the server-sharded watches with the held shards");
             self.stop_streams();
             return self.open_streams(client, merged);
         };
         info!(gained = ?gained, "gained shards; watching their ranges alone, the other watches run on");
         let configs = self.configs(Some(&marker));
-        let background = gained.is_subset(&self.background);
+        let background = gained.is_subset(&self.shards.background);
         let set = SetOf { covers: Some(gained.clone()), group: Some(marker), background };
         self.start_set(client, merged, &None, &configs, set, &mut None);
     }
@@ -149,7 +150,7 @@ impl WatchTask {
         // on 2 cores: 6.1-8.7 s streamed, 4.3-4.9 s listed).
         let list = match marker {
             Some(marker) => cached_list_config().fields(marker),
-            None if self.config.namespaces.is_some() && self.all_synced => cached_list_config(),
+            None if self.config.namespaces.is_some() && self.shards.all_synced => cached_list_config(),
             None => list_config(self.config.streaming_lists),
         };
         let selector = self.config.resource_label_selector.as_ref().map(ToString::to_string);
@@ -215,10 +216,10 @@ impl WatchTask {
         set: &SetOf,
         make: impl FnOnce(usize) -> BoxedTagged,
     ) {
-        let id = self.next_stream;
-        self.next_stream += 1;
+        let id = self.streams.next_id;
+        self.streams.next_id += 1;
         let stop = CancellationToken::new();
-        let permits = if set.background { &self.background_permits } else { &self.list_permits };
+        let permits = if set.background { &self.streams.background_permits } else { &self.streams.list_permits };
         let stream = gated(make(id), permits.clone()).take_until(stop.clone().cancelled_owned());
         merged.push(Box::pin(stream));
         let state = StreamState {
@@ -230,9 +231,9 @@ impl WatchTask {
             stop,
             started: Instant::now(),
         };
-        self.streams.insert(id, state);
+        self.streams.running.insert(id, state);
         self.metrics.streams_started.inc();
-        self.metrics.streams.set(self.streams.len() as i64);
+        self.metrics.streams.set(self.streams.running.len() as i64);
     }
 }
 
