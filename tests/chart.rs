@@ -253,7 +253,7 @@ fn sharding_values_render_the_fleet() {
     assert!(err.contains("reloader.sharding.shards needs reloader.enableHA: true"), "{err}");
     let docs = render(
         "reloader: {annotationLint: false, coalesceWindow: 2s, maxRolloutsPerSecond: 50, maxConcurrentRollouts: 5,
-          maxConcurrentWrites: 32, http2: false}",
+          maxConcurrentWrites: 32, flapDampingChanges: 5, flapDampingWindow: 30s, http2: false}",
     );
     assert_eq!(
         args(&docs),
@@ -264,6 +264,8 @@ fn sharding_values_render_the_fleet() {
             "--max-rollouts-per-second=50",
             "--max-concurrent-rollouts=5",
             "--max-concurrent-writes=32",
+            "--flap-damping-changes=5",
+            "--flap-damping-window=30s",
             "--http2=false"
         ],
         "the lint and HTTP/2 are on unless turned off; coalescing and the budget are off unless set"

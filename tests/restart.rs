@@ -425,7 +425,8 @@ impl InProcess {
         let (reconciled_tx, reconciled) = watch::channel(false);
         let shutdown = CancellationToken::new();
         let inputs = Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx };
-        let outputs = Outputs { reconciled: reconciled_tx, active: active_tx, alerts: None };
+        let outputs =
+            Outputs { reconciled: reconciled_tx, active: active_tx, alerts: None, damped: Default::default() };
         let task = tokio::spawn(reload::run(client, config, inputs, metrics.clone(), outputs, shutdown.clone()));
         InProcess { changes, synced, owned, active, reconciled, metrics, shutdown, task }
     }

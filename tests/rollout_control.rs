@@ -1,7 +1,8 @@
 //! Coalesced rollouts and the rollout budget on the real API server: changes of a ConfigMap and
 //! a Secret 100 ms apart make one rollout within a window and two without; a restart inside
 //! the window loses neither hash; 300 Deployments on one ConfigMap are rolled at no more than
-//! the budget a second, none lost across a SIGTERM of the replica serving them.
+//! the budget a second, none lost across a SIGTERM of the replica serving them; a Secret
+//! rewritten 10 times a second is damped to one rollout per window.
 
 mod support;
 
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{COALESCE_WINDOW, Strategy};
@@ -398,6 +400,67 @@ async fn held_write_of(stuck: Workload, prefix: &str) {
         ctx.wait_reloaded(Kind::Deployment, "stuck", Cm, "for-stuck", &cm_hash(&[("k", "3")])).await;
         assert_eq!(generation(c, &ns, Kind::Deployment, "stuck").await, stuck_before + 2, "one write per change");
         controller.stop().await;
+    })
+    .await;
+}
+
+/// A Secret rewritten 10 times a second for a minute (a certificate re-issued in a loop) with
+/// `--flap-damping-changes=5 --flap-damping-window=10s`: the first 5 changes roll as usual,
+/// then the Deployment is rolled at most once per window, always with the latest data; a
+/// Warning Event, a metric and `/explain` say so. A Deployment on a quiet ConfigMap next to it
+/// still rolls at once.
+#[tokio::test]
+async fn a_secret_rewritten_10_times_a_second_for_a_minute_rolls_at_most_once_per_damping_window() {
+    const CHANGES: u32 = 5;
+    const WINDOW_SECS: u64 = 10;
+    const WRITES: u32 = 600;
+    let args = ["--flap-damping-changes=5", "--flap-damping-window=10s"];
+    scenario("flap-damping", Strategy::EnvVars, &args, |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_secret(c, ns, "tls", &[("crt", "0")]).await;
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "app", "envFrom": [{ "secretRef": { "name": "tls" } }] }))
+            .create(c, ns)
+            .await;
+        uses("calm", "cm").create(c, ns).await;
+        wait_stored(&controller, 2).await;
+        let before = generation(c, ns, Kind::Deployment, "web").await;
+
+        let started = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut explained = String::new();
+        for i in 1..=WRITES {
+            tick.tick().await;
+            patch_secret(c, ns, "tls", json!({ "stringData": { "crt": i.to_string() } })).await;
+            if i == WRITES / 2 {
+                // Half way: a quiet ConfigMap's Deployment is not held up, and explain shows
+                // the damping.
+                patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+                ctx.wait_reloaded(Kind::Deployment, "calm", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+                explained = controller.get(&format!("/explain/{ns}/secret/tls?output=text")).await;
+            }
+        }
+        let minute = started.elapsed();
+        // The last data is applied within a window of the last change.
+        ctx.wait_reloaded(Kind::Deployment, "web", Sec, "tls", &secret_hash(&[("crt", &WRITES.to_string())])).await;
+        let rollouts = generation(c, ns, Kind::Deployment, "web").await - before;
+        let bound = i64::from(CHANGES) + (minute.as_secs() / WINDOW_SECS) as i64 + 1;
+        let damped = controller.metric("reloader_damped_changes_total").await;
+        println!("{WRITES} changes in {minute:?}: {rollouts} rollouts (bound {bound}); {damped} damped changes");
+        assert!(rollouts <= bound, "{rollouts} rollouts for {WRITES} changes in {minute:?}; at most {bound} expected");
+        assert!(damped >= f64::from(WRITES - CHANGES) * 0.9, "the damped changes are counted: {damped}");
+        assert!(explained.contains("damped since"), "explain shows the damping:\n{explained}");
+        let events: Api<Event> = Api::namespaced(c.clone(), ns);
+        wait_for("a ReloadDamped Warning Event on web", || async {
+            let selector = "involvedObject.name=web,reason=ReloadDamped,type=Warning";
+            let list = events.list(&ListParams::default().fields(selector)).await.ok()?;
+            (!list.items.is_empty()).then_some(())
+        })
+        .await;
+        controller
     })
     .await;
 }

@@ -10,7 +10,7 @@ use crate::admin::AdminState;
 use crate::admin::fleet::bad_request;
 use crate::reload::duration::shown;
 use crate::reload::explain::{self, Explainer, Serving, Subject};
-use crate::reload::{Keys, Options, Rules};
+use crate::reload::{Damped, Keys, Options, Rules};
 use crate::shard::{is_dns_label, is_dns_subdomain};
 use crate::watch::ResourceKey;
 
@@ -20,6 +20,8 @@ pub struct ExplainSettings {
     pub keys: Keys,
     pub options: Options,
     pub scope: explain::Scope,
+    /// The resources flap damping holds now (the engine's).
+    pub damped: Damped,
 }
 
 #[derive(serde::Deserialize)]
@@ -88,7 +90,13 @@ pub(crate) async fn explain(
         )
     };
     let rules = Rules::new(settings.keys.clone(), settings.options.clone());
-    let mut explainer = Explainer { rules, store: &fleet.store, scope: &settings.scope, absent_reason: &absent };
+    let mut explainer = Explainer {
+        rules,
+        store: &fleet.store,
+        scope: &settings.scope,
+        absent_reason: &absent,
+        damped: Some(&settings.damped),
+    };
     let report = explainer.explain(subject, namespace.as_str(), name.as_str(), serving);
     let report = report.with_short_hashes(SHOWN_HASH_DIGITS);
     match params.output.as_deref() {

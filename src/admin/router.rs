@@ -226,7 +226,9 @@ mod tests {
                     strategy: Default::default(),
                     kinds: WorkloadKind::ALL.to_vec(),
                     resources: vec![crate::watch::ResourceKind::ConfigMap],
+                    damping: None,
                 },
+                damped: Default::default(),
             },
         };
         AdminState { fleet: Some(Arc::new(fleet)), ..Default::default() }

@@ -9,7 +9,8 @@ use crate::reload::Strategy;
 use crate::shard::Placement;
 
 use super::values::{
-    coalesce_window, csv_list, go_bool, leader_election_duration, parse_addr, parse_rate, parse_strategy,
+    coalesce_window, csv_list, damping_window, go_bool, leader_election_duration, parse_addr, parse_rate,
+    parse_strategy,
 };
 
 /// How changes are acted on: the reload room's flags.
@@ -49,6 +50,14 @@ pub struct ReloadFlags {
     /// earlier one's rollout is complete (`kubectl rollout status`), or 10 minutes; 0: no limit.
     #[arg(long, env = "MAX_CONCURRENT_ROLLOUTS", default_value = "0", global = true)]
     pub max_concurrent_rollouts: usize,
+    /// Flap damping: a ConfigMap or Secret that changes more than this many times within
+    /// --flap-damping-window rolls its workloads at most once per window, with its latest
+    /// data (a Warning Event says so); 0 turns it off, as Reloader has it.
+    #[arg(long, env = "FLAP_DAMPING_CHANGES", default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000), global = true)]
+    pub flap_damping_changes: u32,
+    /// The flap damping window (a Go duration of at most an hour).
+    #[arg(long, env = "FLAP_DAMPING_WINDOW", default_value = "1m", value_parser = damping_window, global = true)]
+    pub flap_damping_window: Duration,
     /// Reload writes in flight at once per replica, at most: changes to different workloads
     /// are written side by side (a fan-out of 200 is not 200 round trips one after the
     /// other); one workload's writes stay in order. 1 writes one at a time. (64 fits one

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use super::values::{csv_items, parse_addr, parse_url};
 use super::{Args, Command};
 use crate::reload::duration::GoDuration;
-use crate::reload::{AlertConfig, Keys, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
+use crate::reload::{AlertConfig, FlapDamping, Keys, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
 use crate::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
 use crate::watch::WorkloadKind;
 
@@ -263,6 +263,8 @@ impl Args {
                 max_rollouts_per_second: (flags.max_rollouts_per_second > 0.0).then_some(flags.max_rollouts_per_second),
                 max_concurrent_rollouts: (flags.max_concurrent_rollouts > 0).then_some(flags.max_concurrent_rollouts),
                 max_concurrent_writes: flags.max_concurrent_writes as usize,
+                flap_damping: (flags.flap_damping_changes > 0)
+                    .then_some(FlapDamping { changes: flags.flap_damping_changes, window: flags.flap_damping_window }),
             },
             annotation_lint: flags.annotation_lint,
         })

@@ -108,12 +108,26 @@ fn values_that_panicked_are_start_up_errors() {
         ["--max-rollouts-per-second=NaN"],
         ["--kube-api-qps=inf"],
         ["--leader-election-lease-duration=100000h"],
+        ["--flap-damping-window=2h"],
+        ["--flap-damping-window=100ms"],
+        ["--flap-damping-changes=-1"],
     ] {
         let err = Args::try_parse_from(std::iter::once("reloader").chain(flags)).expect_err("refused");
         assert!(err.to_string().contains(flags[0].split('=').next().unwrap_or_default()), "{err}");
     }
     assert_eq!(args(&["--coalesce-window=1h"]).reload.coalesce_window, Duration::from_secs(3600));
     assert_eq!(args(&["--max-rollouts-per-second=0.5"]).reload.max_rollouts_per_second, 0.5);
+}
+
+#[test]
+fn flap_damping_is_off_by_default_and_on_with_a_threshold() {
+    let pacing = |flags: &[&str]| args(flags).settings().expect("valid").reload.pacing.flap_damping;
+    assert_eq!(pacing(&[]), None);
+    assert_eq!(pacing(&["--flap-damping-window=10s"]), None, "a window alone turns nothing on");
+    let on = pacing(&["--flap-damping-changes=5"]).expect("on");
+    assert_eq!((on.changes, on.window), (5, Duration::from_secs(60)), "a minute unless set");
+    let on = pacing(&["--flap-damping-changes=3", "--flap-damping-window=30s"]).expect("on");
+    assert_eq!((on.changes, on.window), (3, Duration::from_secs(30)));
 }
 
 #[test]

@@ -100,6 +100,15 @@ pub(super) fn coalesce_window(value: &str) -> Result<Duration, String> {
     parse_go_duration(value, COALESCE_WINDOW_MAX).map_err(|e| e.to_string())
 }
 
+/// A flap damping window: a Go duration of at least a second and at most an hour.
+pub(super) fn damping_window(value: &str) -> Result<Duration, String> {
+    let window = parse_go_duration(value, COALESCE_WINDOW_MAX).map_err(|e| e.to_string())?;
+    if window < Duration::from_secs(1) {
+        return Err(format!("{value:?} is shorter than a second; a damping window is seconds to an hour"));
+    }
+    Ok(window)
+}
+
 pub(super) fn parse_strategy(value: &str) -> Result<Strategy, String> {
     value.parse()
 }

@@ -77,7 +77,7 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
         }
     };
     let rules = Rules::new(request.keys.clone(), request.options.clone());
-    let mut explainer = Explainer { rules, store: &store, scope: &request.scope, absent_reason: &absent };
+    let mut explainer = Explainer { rules, store: &store, scope: &request.scope, absent_reason: &absent, damped: None };
     let report = explainer.explain(subject, ns, name, serving);
     if request.json {
         println!("{}", serde_json::to_string_pretty(&report).context("serializing the report")?);

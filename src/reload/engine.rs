@@ -34,6 +34,7 @@ use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
 mod acted;
+mod damping;
 mod deferred;
 mod pipeline;
 mod report;
@@ -41,6 +42,8 @@ mod retry;
 mod shards;
 
 use acted::Acted;
+pub use damping::{Damped, DampedSince, FlapDamping};
+use damping::{Damping, Verdict};
 use deferred::Deferred;
 use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Purpose, Queued};
 pub(crate) use report::workload_reference;
@@ -94,6 +97,8 @@ pub struct Pacing {
     /// `--max-concurrent-writes`: reload writes in flight at once, at most (changes to
     /// different workloads; one workload's writes stay in order).
     pub max_concurrent_writes: usize,
+    /// `--flap-damping-changes` and `--flap-damping-window` (`None`: off, as Reloader).
+    pub flap_damping: Option<FlapDamping>,
 }
 
 impl Default for Pacing {
@@ -104,6 +109,7 @@ impl Default for Pacing {
             max_rollouts_per_second: None,
             max_concurrent_rollouts: None,
             max_concurrent_writes: 64,
+            flap_damping: None,
         }
     }
 }
@@ -147,6 +153,8 @@ pub struct Outputs {
     /// Alerts after successful reloads, to the alert sender (which owns the receiving side).
     /// Never waited on: a full queue drops the alert.
     pub alerts: Option<(mpsc::Sender<Alert>, Sink)>,
+    /// The resources flap damping holds now, for `explain`.
+    pub damped: Damped,
 }
 
 impl Engine {
@@ -185,6 +193,7 @@ impl Engine {
             shards,
             alerts,
             deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts),
+            damping: Damping::new(None, Damped::default()),
             queue: VecDeque::new(),
             pipeline: Pipeline::new(pacing.max_concurrent_writes),
         }
@@ -207,13 +216,15 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let Inputs { store, mut changes, mut synced, mut owned } = inputs;
-    let Outputs { reconciled, active, alerts } = outputs;
+    let Outputs { reconciled, active, alerts, damped } = outputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
     let shards = ShardBook::new(client.clone(), owned.clone(), synced.clone(), active);
+    let damping = Damping::new(config.pacing.flap_damping, damped);
     let mut engine = Engine::new(client, config, store, metrics, shards, alerts);
+    engine.damping = damping;
     engine.follow(&wanted(&mut synced, &mut owned));
     engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
@@ -247,6 +258,8 @@ pub async fn run(
             _ = tick.tick() => {
                 engine.resume_paused();
                 engine.prune();
+                let damped = engine.damping.prune(Instant::now());
+                engine.metrics.gauges.damped_resources.set(damped as i64);
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
                 if !engine.follows(&wanted) {
@@ -334,6 +347,8 @@ struct Engine {
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,
     /// Coalesced writes and writes held to the rollout budget.
     deferred: Deferred,
+    /// Resources changing too often, whose writes wait for the damping window.
+    damping: Damping,
     /// Changes received and not yet decided, oldest first.
     queue: VecDeque<Queued>,
     /// Changes whose writes are in flight.
@@ -419,10 +434,24 @@ impl Engine {
             return Prepared::Post { body, workloads: matched.len(), transition, hash: state.hash, current };
         }
 
+        // Only live updates count towards damping (not a retry or a take-up's reconcile).
+        let damping = match (transition, &change.previous) {
+            (Transition::Updated, Some(_)) => self.damping.change(key, Instant::now()),
+            _ => self.damping.verdict(key),
+        };
+        if let Verdict::Damped { .. } = damping {
+            self.metrics.damped_changes.inc();
+        }
         let mut writes = Vec::new();
         for candidate in self.store.candidates(key) {
             let workload = self.freshest(candidate);
-            let window = self.window_for(&workload);
+            let mut window = self.window_for(&workload);
+            if let Verdict::Damped { window: damped, began } = damping {
+                window = window.max(damped);
+                if began {
+                    self.report_damping(key, &workload, damped);
+                }
+            }
             if window.is_zero() && !self.deferred.has_budget() {
                 match self.plan_one(key, &state, target, &workload) {
                     Some(patch) => {
@@ -587,6 +616,19 @@ impl Engine {
                 WriteResult::Failed
             }
         }
+    }
+
+    /// Say once per damping episode, on each workload it holds back, that a resource is damped.
+    fn report_damping(&self, key: &ResourceKey, workload: &Workload, window: Duration) {
+        warn!(resource = %key, workload = %workload.key, ?window, "resource changing too often: its reloads are damped");
+        let note = format!(
+            "{} {} changes too often (more than --flap-damping-changes within {window:?}): this {} is rolled at most \
+             once per {window:?}, with its latest data",
+            key.kind.kind(),
+            key.name,
+            workload.key.kind.kind()
+        );
+        self.publish(workload, EventType::Warning, "ReloadDamped", note);
     }
 
     /// The coalesce window of a workload: its own annotation, else `--coalesce-window`.

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::reload::lint::{self, Finding};
 use crate::reload::strategy::{self, Strategy};
-use crate::reload::{Keys, Mode, Problem, Rule, Rules};
+use crate::reload::{Damped, FlapDamping, Keys, Mode, Problem, Rule, Rules};
 use crate::watch::{Reference, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
 
 /// The settings that decide outside a workload's annotations.
@@ -28,6 +28,8 @@ pub struct Scope {
     pub kinds: Vec<WorkloadKind>,
     /// Resource kinds it watches (after `--resources-to-ignore` and the CSI flag).
     pub resources: Vec<ResourceKind>,
+    /// `--flap-damping-changes` and `--flap-damping-window`, when on.
+    pub damping: Option<FlapDamping>,
 }
 
 /// Where the namespace stands: selected or not, and in a fleet who serves it.
@@ -148,6 +150,9 @@ pub struct Pair {
     pub writes: Option<String>,
     /// The hash the workload records for the resource now.
     pub recorded_hash: Option<String>,
+    /// When the resource changes too often and its reloads are damped: since when, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damped: Option<String>,
     /// The resource's hash now.
     pub current_hash: Option<String>,
 }
@@ -160,6 +165,8 @@ pub struct Explainer<'a> {
     /// Why a resource is missing from the store (the command knows whether the label selector
     /// left it out; the live store does not).
     pub absent_reason: &'a dyn Fn(&ResourceKey) -> String,
+    /// The resources flap damping holds now (the running engine's; none for the command).
+    pub damped: Option<&'a Damped>,
 }
 
 impl Explainer<'_> {
@@ -255,6 +262,7 @@ impl Explainer<'_> {
             writes: None,
             recorded_hash: None,
             current_hash: state.as_ref().map(|s| s.hash.to_string()),
+            damped: None,
         };
         let outer = if let Some(why) = &serving.not_selected {
             Some(("namespace-not-selected", format!("namespace {} is not served: {why}", resource.namespace)))
@@ -302,6 +310,7 @@ impl Explainer<'_> {
             pair.writes =
                 Some(strategy::record_place(scope.strategy, workload, resource.kind, &resource.name, container));
             pair.recorded_hash = strategy::recorded(scope.strategy, workload, resource.kind, &resource.name, container);
+            pair.damped = damping_note(scope, self.damped, resource);
         }
         pair
     }
@@ -373,6 +382,22 @@ fn resource_off(kind: ResourceKind) -> &'static str {
     }
 }
 
+/// Why and since when a resource's reloads are damped, if they are.
+fn damping_note(scope: &Scope, damped: Option<&Damped>, resource: &ResourceKey) -> Option<String> {
+    let config = scope.damping?;
+    let since = damped?.get(resource)?;
+    let at = jiff::Timestamp::try_from(since.since).map(|t| t.round(jiff::Unit::Second).unwrap_or(t).to_string());
+    Some(format!(
+        "damped since {} ({} changes within {:?}, more than --flap-damping-changes={}): rolled at most once per {:?}, \
+         with the latest data",
+        at.unwrap_or_else(|_| "now".to_string()),
+        since.changes,
+        config.window,
+        config.changes,
+        config.window
+    ))
+}
+
 /// The report as text for people.
 pub fn text(report: &Report) -> String {
     use std::fmt::Write;
@@ -422,6 +447,9 @@ pub fn text(report: &Report) -> String {
                 let now = pair.current_hash.as_deref().unwrap_or("-");
                 let _ = writeln!(out, "      writes {writes}; records {recorded}; current hash {now}");
             }
+            if let Some(damped) = &pair.damped {
+                let _ = writeln!(out, "      {damped}");
+            }
         }
     }
     for problem in &report.problems {
@@ -443,6 +471,7 @@ mod tests {
             strategy: Strategy::EnvVars,
             kinds: vec![WorkloadKind::Deployment],
             resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret],
+            damping: None,
         }
     }
 
@@ -496,7 +525,8 @@ mod tests {
     fn explain(scope: &Scope, serving: Serving, subject: Subject, name: &str) -> Report {
         let store = store();
         let rules = Rules::new(Keys::default(), Default::default());
-        Explainer { rules, store: &store, scope, absent_reason: &absent }.explain(subject, "ns", name, serving)
+        Explainer { rules, store: &store, scope, absent_reason: &absent, damped: None }
+            .explain(subject, "ns", name, serving)
     }
 
     #[test]
@@ -563,6 +593,7 @@ mod tests {
             writes: None,
             recorded_hash: Some(recorded.into()),
             current_hash: Some(DataHash::of_bytes(b"secret").to_string()),
+            damped: None,
         };
         report.pairs = vec![
             pair("0123456789abcdef0123"),

@@ -33,6 +33,8 @@ pub struct Metrics {
     /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
     /// `dropped` because the queue was full.
     pub alerts: IntCounterVec,
+    /// `reloader_damped_changes_total`: changes whose writes flap damping held back.
+    pub damped_changes: IntCounter,
     /// What the engine holds now.
     pub gauges: Gauges,
 }
@@ -50,6 +52,8 @@ pub struct Gauges {
     /// `reloader_events_pending`: reload Events made and not yet posted (they wait for a
     /// moment with no write out, at most 5 s).
     pub events_pending: IntGauge,
+    /// `reloader_damped_resources`: resources flap damping holds now.
+    pub damped_resources: IntGauge,
 }
 
 impl Gauges {
@@ -70,6 +74,7 @@ impl Gauges {
                 "Written workloads whose rollout is not complete yet (with --max-concurrent-rollouts)",
             )?,
             events_pending: gauge("reloader_events_pending", "Reload Events made and not yet posted")?,
+            damped_resources: gauge("reloader_damped_resources", "Resources whose reloads flap damping holds now")?,
         })
     }
 }
@@ -148,6 +153,11 @@ impl Metrics {
         registry.register(Box::new(workloads_matched.clone()))?;
         registry.register(Box::new(invalid_annotations.clone()))?;
         registry.register(Box::new(change_latency.clone()))?;
+        let damped_changes = IntCounter::new(
+            "reloader_damped_changes_total",
+            "Changes of resources changing too often, written with the flap damping window",
+        )?;
+        registry.register(Box::new(damped_changes.clone()))?;
         Ok(Metrics {
             reload_executed,
             reload_executed_by_namespace,
@@ -163,6 +173,7 @@ impl Metrics {
             change_latency,
             namespaces: NamespaceStats::default(),
             alerts,
+            damped_changes,
             gauges: Gauges::register(registry)?,
         })
     }

@@ -25,7 +25,7 @@ pub use alert::{ALERT_QUEUE, Alert, AlertConfig, Sink, http_client, run_sender a
 pub use api::FIELD_MANAGER;
 pub use checkpoint::parse as parse_checkpoint;
 pub use duration::{DurationError, parse_go_duration};
-pub use engine::{Config, Error, Inputs, Outputs, Pacing, run};
+pub use engine::{Config, Damped, DampedSince, Error, FlapDamping, Inputs, Outputs, Pacing, run};
 pub use env_var::env_var_name;
 pub use keys::{
     COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys,

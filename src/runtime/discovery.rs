@@ -35,7 +35,7 @@ impl Watched {
 
     /// What explain decides with.
     pub fn scope(&self, strategy: Strategy) -> Scope {
-        Scope { strategy, kinds: self.workload_kinds.clone(), resources: self.resources() }
+        Scope { strategy, kinds: self.workload_kinds.clone(), resources: self.resources(), damping: None }
     }
 
     /// Every collection the watches open.

@@ -29,6 +29,7 @@ pub use discovery::{Watched, discover};
 pub use places::fleet_namespace;
 
 use crate::cli::Settings;
+use crate::reload::explain::Scope;
 use crate::reload::{self, Options};
 use crate::shard::{Placement, Ring};
 use crate::{admin, client, lease, watch};
@@ -149,6 +150,7 @@ impl Runtime {
             (queue, sink)
         });
         let (store, writer) = watch::Store::new(engine_config.keys.explicit_keys());
+        let damped = reload::Damped::default();
         state.fleet = Some(Arc::new(admin::FleetView {
             identity: settings.env.pod_name.clone().unwrap_or_else(|| "reloader".to_string()),
             ring,
@@ -159,7 +161,8 @@ impl Runtime {
             explain: admin::ExplainSettings {
                 keys: engine_config.keys.clone(),
                 options: engine_config.options.clone(),
-                scope: watched.scope(engine_config.strategy),
+                scope: Scope { damping: engine_config.pacing.flap_damping, ..watched.scope(engine_config.strategy) },
+                damped: damped.clone(),
             },
         }));
         start_serving(&mut tasks, &settings, &state, ready_rx);
@@ -181,7 +184,7 @@ impl Runtime {
         tasks.spawn("watch", async move { Ok(watching.await?) });
         start_meta_info(&mut tasks, &settings, &client, active_rx);
         let inputs = reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: shards.held };
-        let outputs = reload::Outputs { reconciled: reconciled_tx, active: active_tx, alerts };
+        let outputs = reload::Outputs { reconciled: reconciled_tx, active: active_tx, alerts, damped };
         let engine = reload::run(client, engine_config, inputs, reload_metrics, outputs, shutdown);
         tasks.spawn("reload", async move { Ok(engine.await?) });
 

@@ -217,6 +217,7 @@ impl Engine {
             // in the checkpoint. Deferred writes are dropped for the same reason.
             self.shards.letting_go.insert(shard, 0);
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
+            self.damping.forget(|ns| ring.shard_of(ns) == shard);
             debug!(shard, "letting go: its writes in flight land, then its checkpoint is saved");
         }
         // Owned now, and said so before acting: a Lease is never released under a shard being

@@ -72,10 +72,12 @@ fn explain_agrees(
         strategy: crate::reload::Strategy::EnvVars,
         kinds: WorkloadKind::ALL.to_vec(),
         resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass],
+        damping: None,
     };
     let absent = |_: &ResourceKey| "absent".to_string();
     let rules = Rules::new(keys.clone(), options.clone());
-    let mut explainer = explain::Explainer { rules, store: &store, scope: &scope, absent_reason: &absent };
+    let mut explainer =
+        explain::Explainer { rules, store: &store, scope: &scope, absent_reason: &absent, damped: None };
     let by_resource = explainer.resource(Default::default(), &resource);
     let by_workload = explainer.workload(Default::default(), &workload.key);
     for report in [by_resource, by_workload] {
