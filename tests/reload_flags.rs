@@ -10,8 +10,8 @@ use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
 use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{
-    Kind, Workload, cm_hash, create_configmap, create_namespace, create_secret, patch_configmap, patch_secret,
-    recorded_annotation, recorded_env, secret_hash,
+    Kind, KindExt, Workload, cm_hash, create_configmap, create_namespace, create_secret, generation, patch_configmap,
+    patch_secret, recorded_annotation, recorded_env, secret_hash,
 };
 use support::scenario::{Ctx, scenario, wait_stored, wait_stored_resources};
 use support::{wait_for, with_temp_ns};
@@ -296,6 +296,67 @@ async fn per_namespace_series_go_with_their_namespace() {
         })
         .await;
         controller.stop().await;
+    })
+    .await;
+}
+
+/// `--remove-orphaned-env-vars`: once a Deployment stops using a ConfigMap, its next reload
+/// write (for another ConfigMap) also removes the old `STAKATER_*` variable; dropping the
+/// reference alone writes nothing, and a workload naming resources in a reload list keeps
+/// every variable.
+#[tokio::test]
+async fn orphaned_env_vars_leave_with_the_next_reload_write_and_never_roll_on_their_own() {
+    scenario("orphans", Strategy::EnvVars, &["--remove-orphaned-env-vars"], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "kept", &[("k", "1")]).await;
+        create_configmap(c, ns, "gone", &[("k", "1")]).await;
+        let both = json!([{ "configMapRef": { "name": "kept" } }, { "configMapRef": { "name": "gone" } }]);
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "app", "envFrom": both }))
+            .create(c, ns)
+            .await;
+        Workload::new(Kind::Deployment, "listed")
+            .annotate("configmap.reloader.stakater.com/reload", "kept,gone")
+            .container(json!({ "name": "app", "envFrom": both }))
+            .create(c, ns)
+            .await;
+        wait_stored(&controller, 2).await;
+        for (value, name) in [("2", "kept"), ("2", "gone")] {
+            patch_configmap(c, ns, name, json!({ "data": { "k": value } })).await;
+            for workload in ["web", "listed"] {
+                ctx.wait_reloaded(Kind::Deployment, workload, Cm, name, &cm_hash(&[("k", value)])).await;
+            }
+        }
+        // Both stop using "gone" (a change of the user's, which rolls them by itself).
+        let only_kept = json!({ "spec": { "template": { "spec": { "containers": [
+            { "name": "app", "envFrom": [{ "configMapRef": { "name": "kept" } }] }
+        ] } } } });
+        for workload in ["web", "listed"] {
+            let api = Kind::Deployment.api(c, ns);
+            let mut d = api.get(workload).await.expect("get");
+            d.data["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
+                only_kept["spec"]["template"]["spec"]["containers"][0]["envFrom"].clone();
+            api.replace(workload, &Default::default(), &d).await.expect("drop the reference");
+        }
+        let dropped = generation(c, ns, Kind::Deployment, "web").await;
+        wait_for("the controller to see that web no longer uses gone", || async {
+            let report = controller.get(&format!("/explain/{ns}/deployment/web")).await;
+            (report.contains("\"resource\":\"kept\"") && !report.contains("\"resource\":\"gone\"")).then_some(())
+        })
+        .await;
+        // Nothing is written for the orphan alone.
+        patch_configmap(c, ns, "gone", json!({ "data": { "k": "3" } })).await;
+        patch_configmap(c, ns, "kept", json!({ "data": { "k": "3" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "kept", &cm_hash(&[("k", "3")])).await;
+        ctx.wait_reloaded(Kind::Deployment, "listed", Cm, "kept", &cm_hash(&[("k", "3")])).await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, dropped + 1, "one write: the reload of kept");
+        assert_eq!(recorded_env(c, ns, Kind::Deployment, "web", Cm, "gone").await, None, "the orphan left with it");
+        assert!(
+            recorded_env(c, ns, Kind::Deployment, "listed", Cm, "gone").await.is_some(),
+            "a workload naming resources keeps every variable"
+        );
+        controller
     })
     .await;
 }

@@ -409,6 +409,7 @@ impl InProcess {
             reload_on_create: true,
             reload_on_delete: false,
             sync_after_restart: false,
+            remove_orphaned_env_vars: false,
             checkpoint_namespace: ns.to_string(),
             checkpoint_name: checkpoint.to_string(),
             ring: Arc::new(Ring::new(shards).expect("a ring")),

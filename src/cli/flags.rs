@@ -31,6 +31,11 @@ pub struct ReloadFlags {
     /// With --reload-on-create, treat every resource present at start as created.
     #[arg(long, env = "SYNC_AFTER_RESTART", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub sync_after_restart: bool,
+    /// With each reload write, also remove the STAKATER_* env vars of ConfigMaps and Secrets
+    /// the workload no longer references (never a rollout of their own); false keeps them,
+    /// as Reloader does.
+    #[arg(long, env = "REMOVE_ORPHANED_ENV_VARS", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
+    pub remove_orphaned_env_vars: bool,
     /// Send a webhook instead of reloading.
     #[arg(long, env = "WEBHOOK_URL", default_value = "", global = true)]
     pub webhook_url: String,

@@ -82,6 +82,7 @@ pub struct ReloadSettings {
     pub reload_on_create: bool,
     pub reload_on_delete: bool,
     pub sync_after_restart: bool,
+    pub remove_orphaned_env_vars: bool,
     /// Webhook-only mode (`--webhook-url`): POST here instead of writing any workload.
     pub webhook_url: Option<reqwest::Url>,
     pub checkpoint_name: String,
@@ -256,6 +257,7 @@ impl Args {
             reload_on_create: flags.reload_on_create == "true",
             reload_on_delete: flags.reload_on_delete == "true",
             sync_after_restart: flags.sync_after_restart,
+            remove_orphaned_env_vars: flags.remove_orphaned_env_vars,
             webhook_url,
             checkpoint_name: flags.checkpoint_name.clone(),
             pacing: Pacing {

@@ -68,6 +68,9 @@ pub struct Config {
     pub reload_on_delete: bool,
     /// `--sync-after-restart`: with reload-on-create, every resource counts as created at start.
     pub sync_after_restart: bool,
+    /// `--remove-orphaned-env-vars`: a reload write also removes the `STAKATER_*` variables of
+    /// resources the workload no longer references.
+    pub remove_orphaned_env_vars: bool,
     /// Where the checkpoint ConfigMaps live; one per shard, named `<checkpoint_name>-shard-<n>`
     /// (just `<checkpoint_name>` with a single shard).
     pub checkpoint_namespace: String,
@@ -556,12 +559,25 @@ impl Engine {
         strategy::plan_all(self.config.strategy, workload, &[item], unix_now())
     }
 
-    /// `patch` plus the pause the workload asks for, if any (counted as a matched workload).
+    /// `patch` plus the pause the workload asks for, if any (counted as a matched workload),
+    /// and with `--remove-orphaned-env-vars` the removal of variables no reference needs.
     fn with_pause(&mut self, workload: &Workload, mut patch: serde_json::Value) -> serde_json::Value {
         match pause_patch(self.rules.keys(), workload, jiff::Timestamp::now()) {
             Ok(Some(pause)) => merge_patch(&mut patch, pause),
             Ok(None) => {}
             Err(problem) => self.report_problems(workload, &[problem]),
+        }
+        if self.config.remove_orphaned_env_vars {
+            let keys = self.rules.keys();
+            let named = [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass]
+                .map(|kind| keys.for_kind(kind).explicit)
+                .into_iter()
+                .chain([keys.search.as_str()])
+                .any(|key| workload.annotations.contains_key(key) || workload.template.annotations.contains_key(key));
+            if let Some(orphans) = strategy::orphaned_env_vars(workload, named) {
+                debug!(workload = %workload.key, "removing env vars of resources no longer referenced");
+                merge_patch(&mut patch, orphans);
+            }
         }
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         patch

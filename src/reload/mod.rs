@@ -36,5 +36,7 @@ pub use rules::{
     Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,
     target_container,
 };
-pub use strategy::{Item, ReloadSource, Strategy, Target, apply_strategic, delete_marker, plan, plan_all};
+pub use strategy::{
+    Item, ReloadSource, Strategy, Target, apply_strategic, delete_marker, orphaned_env_vars, plan, plan_all,
+};
 pub use webhook::Webhook;

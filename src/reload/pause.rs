@@ -48,12 +48,26 @@ pub fn resume_patch(keys: &Keys, workload: &Workload, now: Timestamp) -> Option<
     )
 }
 
-/// Merge `extra` into `patch` (objects merged key by key, anything else replaced).
+/// Merge the patch `extra` into the patch `patch`, so that one write does what both would:
+/// objects merge key by key, lists of named items (containers, env) by name (an item of
+/// `extra` merges into the same-named one, and a `$patch: delete` directive on either side
+/// replaces it: a directive is kept, never applied), anything else is replaced.
 pub fn merge_patch(patch: &mut Value, extra: Value) {
+    let named = |items: &[Value]| items.iter().all(|i| i.get("name").is_some());
+    let directive = |item: &Value| item.get("$patch").is_some();
     match (patch, extra) {
         (Value::Object(base), Value::Object(extra)) => {
             for (key, value) in extra {
                 merge_patch(base.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (Value::Array(list), Value::Array(items)) if named(list) && named(&items) => {
+            for item in items {
+                match list.iter().position(|e| e.get("name") == item.get("name")) {
+                    Some(i) if directive(&item) || directive(&list[i]) => list[i] = item,
+                    Some(i) => merge_patch(&mut list[i], item),
+                    None => list.push(item),
+                }
             }
         }
         (slot, value) => *slot = value,

@@ -4,13 +4,14 @@
 //! Recording the same hash twice is a no-op in both strategies; that is what makes replays,
 //! retries and overlapping replicas harmless (DESIGN principle 1).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::reload::pause::merge_patch;
 use crate::reload::{LAST_RELOADED_FROM, RELOADED_HASHES, env_var_name};
 use crate::watch::{DataHash, ResourceKind, Workload};
 
@@ -109,7 +110,7 @@ pub fn plan_all(strategy: Strategy, workload: &Workload, items: &[Item], observe
         let Some(patch) = plan(strategy, &current, item, observed_at) else { continue };
         absorb(&mut current, &patch, item.container);
         match combined.as_mut() {
-            Some(all) => apply_strategic(all, &patch),
+            Some(all) => merge_patch(all, patch),
             None => combined = Some(patch),
         }
     }
@@ -236,6 +237,37 @@ fn records_in_metadata(workload: &Workload) -> bool {
     workload.key.kind.spec().records_in_metadata || workload.workload_ref.is_some()
 }
 
+/// `--remove-orphaned-env-vars`: the `STAKATER_*` env vars this controller recorded for
+/// resources the pod template no longer references, as strategic-merge deletions to add to the
+/// workload's next reload write (`None`: none). A workload whose annotations name resources
+/// (a `.../reload` list, `search`) keeps every variable: a name in a list (or a pattern) needs
+/// no reference in the template, so no variable is known to be an orphan.
+pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<Value> {
+    if names_resources || records_in_metadata(workload) {
+        return None;
+    }
+    let referenced: BTreeSet<String> =
+        workload.template.references().map(|(kind, name)| env_var_name(name, *kind)).collect();
+    let suffixes = [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass]
+        .map(|k| format!("_{}", k.type_suffix()));
+    let containers: Vec<Value> = workload
+        .template
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let orphans: Vec<Value> = c
+                .recorded
+                .iter()
+                .map(|(var, _)| var)
+                .filter(|var| suffixes.iter().any(|s| var.ends_with(s.as_str())) && !referenced.contains(*var))
+                .map(|var| json!({ "name": var, "$patch": "delete" }))
+                .collect();
+            (!orphans.is_empty()).then(|| json!({ "name": c.name, "env": orphans }))
+        })
+        .collect();
+    (!containers.is_empty()).then(|| json!({ "spec": { "template": { "spec": { "containers": containers } } } }))
+}
+
 /// The key of one resource in the metadata record: `CONFIGMAP/name`.
 fn record_key(kind: ResourceKind, resource_name: &str) -> String {
     format!("{}/{}", kind.type_suffix(), resource_name)
@@ -354,6 +386,47 @@ mod tests {
 
     fn hash() -> DataHash {
         DataHash::of_bytes(b"test=test")
+    }
+
+    #[test]
+    fn a_coalesced_write_keeps_a_deletion_beside_a_new_hash() {
+        let mut w = workload();
+        w.template.containers[1].recorded = vec![("STAKATER_S_SECRET".into(), "old".into())];
+        let items = [
+            Item::new(ResourceKind::ConfigMap, "a", 1, Target::Hash(hash())),
+            Item::new(ResourceKind::Secret, "s", 1, Target::Deleted),
+        ];
+        let patch = plan_all(Strategy::EnvVars, &w, &items, 0).expect("writes");
+        assert_eq!(
+            patch["spec"]["template"]["spec"]["containers"],
+            json!([{ "name": "app", "env": [
+                { "name": "STAKATER_A_CONFIGMAP", "value": hash().to_string() },
+                { "name": "STAKATER_S_SECRET", "$patch": "delete" }
+            ] }])
+        );
+    }
+
+    #[test]
+    fn only_variables_of_resources_no_longer_referenced_are_orphans() {
+        let mut w = workload();
+        w.template.containers[1].env_refs = vec![(ResourceKind::ConfigMap, "kept".into())];
+        w.template.containers[1].recorded = vec![
+            ("STAKATER_KEPT_CONFIGMAP".into(), "a".into()),
+            ("STAKATER_GONE_CONFIGMAP".into(), "b".into()),
+            ("STAKATER_OWN_SETTING".into(), "user's own".into()),
+        ];
+        w.template.containers[0].recorded = vec![("STAKATER_DB_SECRET".into(), "c".into())];
+        assert_eq!(
+            orphaned_env_vars(&w, false),
+            Some(json!({ "spec": { "template": { "spec": { "containers": [
+                { "name": "sidecar", "env": [ { "name": "STAKATER_DB_SECRET", "$patch": "delete" } ] },
+                { "name": "app", "env": [ { "name": "STAKATER_GONE_CONFIGMAP", "$patch": "delete" } ] }
+            ] } } } }))
+        );
+        assert_eq!(orphaned_env_vars(&w, true), None, "a workload naming resources keeps every variable");
+        w.template.containers[0].recorded.clear();
+        w.template.containers[1].recorded.remove(1);
+        assert_eq!(orphaned_env_vars(&w, false), None, "nothing orphaned");
     }
 
     #[test]

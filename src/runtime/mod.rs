@@ -359,6 +359,7 @@ async fn engine_config(
         reload_on_create: r.reload_on_create,
         reload_on_delete: r.reload_on_delete,
         sync_after_restart: r.sync_after_restart,
+        remove_orphaned_env_vars: r.remove_orphaned_env_vars,
         checkpoint_namespace,
         checkpoint_name: r.checkpoint_name.clone(),
         reporter: reporter(settings),
