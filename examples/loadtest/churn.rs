@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::watch::DataHash;
 use serde_json::json;
@@ -24,6 +24,8 @@ const LABEL: &str = "reloader-fleet.churn";
 const SERIES: &str = "reloader_reload_executed_total_by_namespace{";
 /// How long after the last wave is gone the controller is given to forget it.
 const FORGET_DEADLINE: Duration = Duration::from_secs(180);
+/// How long the namespace controller may take to remove every deleted namespace.
+const NAMESPACES_GONE_DEADLINE: Duration = Duration::from_secs(3600);
 
 pub async fn churn(total: usize, per_wave: usize) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
@@ -64,6 +66,23 @@ pub async fn churn(total: usize, per_wave: usize) -> anyhow::Result<()> {
         }
     }
     println!("all {total} changed once and deleted in {:.0?}; waiting for the deletions to land", started.elapsed());
+    // The namespace controller empties and removes them (minutes at thousands, on 2 cores): a
+    // namespace still terminating is still there, and still stored. Forgetting is timed from
+    // when the last one is gone.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let selector = ListParams::default().labels(&format!("{LABEL}=1"));
+    let gone_deadline = Instant::now() + NAMESPACES_GONE_DEADLINE;
+    loop {
+        let left = namespaces.list_metadata(&selector).await?.items.len();
+        if left == 0 {
+            break;
+        }
+        if Instant::now() > gone_deadline {
+            bail!("after {NAMESPACES_GONE_DEADLINE:?}: {left} namespaces still terminating in the API server");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    println!("the API server removed them all {:.0?} after the start", started.elapsed());
     let deadline = Instant::now() + FORGET_DEADLINE;
     while owned(port).await > owned_before || series(port).await > series_before {
         if Instant::now() > deadline {
