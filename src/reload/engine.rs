@@ -22,14 +22,11 @@ use tracing::{debug, info, warn};
 
 use crate::reload::alert::{Alert, Sink};
 use crate::reload::checkpoint::{ShortHash, short};
-use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::strategy::{self, Item, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
-use crate::reload::{
-    COALESCE_WINDOW, Keys, Metrics, Mode, Options, Problem, Rules, merge_patch, pause_patch, resume_patch,
-};
+use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
 use crate::shard::Ring;
 use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
 
@@ -40,6 +37,7 @@ mod pipeline;
 mod report;
 mod retry;
 mod shards;
+mod waiting;
 
 use acted::Acted;
 pub use damping::{Damped, DampedSince, FlapDamping};
@@ -631,119 +629,6 @@ impl Engine {
                 self.publish(workload, EventType::Warning, "ReloadFail", note);
                 WriteResult::Failed
             }
-        }
-    }
-
-    /// Say once per damping episode, on each workload it holds back, that a resource is damped.
-    fn report_damping(&self, key: &ResourceKey, workload: &Workload, window: Duration) {
-        warn!(resource = %key, workload = %workload.key, ?window, "resource changing too often: its reloads are damped");
-        let note = format!(
-            "{} {} changes too often (more than --flap-damping-changes within {window:?}): this {} is rolled at most \
-             once per {window:?}, with its latest data",
-            key.kind.kind(),
-            key.name,
-            workload.key.kind.kind()
-        );
-        self.publish(workload, EventType::Warning, "ReloadDamped", note);
-    }
-
-    /// The coalesce window of a workload: its own annotation, else `--coalesce-window`.
-    fn window_for(&mut self, workload: &Workload) -> Duration {
-        let Some(value) = workload.annotations.get(COALESCE_WINDOW) else { return self.config.pacing.coalesce_window };
-        match parse_go_duration(value, COALESCE_WINDOW_MAX) {
-            Ok(window) => window,
-            Err(err) => {
-                self.report_problems(workload, &[Problem::new(COALESCE_WINDOW, value, err.to_string())]);
-                self.config.pacing.coalesce_window
-            }
-        }
-    }
-
-    /// Send the deferred writes that are due (one, with a budget; all, without). One whose
-    /// workload has a write in flight is parked until that lands.
-    fn write_deferred(&mut self) {
-        let now = Instant::now();
-        self.deferred.settle(&self.store, now);
-        while let Some((key, items)) = self.deferred.next(now) {
-            if self.pipeline.claims(&key) {
-                self.deferred.park(key, items);
-            } else {
-                self.send_pending(key, items, now);
-            }
-        }
-        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
-    }
-
-    /// Send one write that records every resource of `items` on the workload, from their
-    /// state now (or finish at once if there is nothing to record).
-    fn send_pending(&mut self, key: WorkloadKey, items: BTreeSet<ResourceKey>, now: Instant) {
-        let Some(stored) = self.store.workload(&key) else {
-            let released = self.deferred.done(&key, &items);
-            self.release(released);
-            return;
-        };
-        let workload = self.freshest(stored);
-        let mut plan = Vec::new();
-        let mut sources = Vec::new();
-        for resource in &items {
-            let (target, state) = match self.store.resource(resource) {
-                Some(state) => (Target::Hash(state.hash), state),
-                None if self.config.reload_on_delete && resource.kind != ResourceKind::SecretProviderClass => (
-                    Target::Deleted,
-                    ResourceState { hash: crate::watch::DataHash::of_bytes(b""), ignored: false, search_match: false },
-                ),
-                None => continue,
-            };
-            let Some(container) = self.target_of(resource, &state, &workload) else { continue };
-            plan.push(Item { kind: resource.kind, name: resource.name.to_string(), container, target });
-            sources.push((resource.clone(), state.hash));
-        }
-        let Some(patch) = strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) else {
-            return self.deferred_done(&key, items, WriteResult::NotNeeded);
-        };
-        let patch = self.with_pause(&workload, patch);
-        self.deferred.sending(&key, now);
-        let span = tracing::info_span!("deferred", workload = %key);
-        self.fly(Purpose::Deferred(items), vec![PlannedWrite { workload, patch, sources }], span);
-    }
-
-    /// A deferred write of `key` landed (`result`): the rollout it started counts against the
-    /// budget.
-    fn deferred_landed(&mut self, key: &WorkloadKey, items: BTreeSet<ResourceKey>, result: WriteResult) {
-        if !self.acts_on(self.config.ring.shard_of(&key.namespace)) {
-            // Let go meanwhile: the next owner acts on its changes again.
-            self.deferred.sent(key, None, Instant::now());
-            return;
-        }
-        let rolling = (result == WriteResult::Written).then(|| self.overlay.get(key).map(|w| w.generation)).flatten();
-        self.deferred.sent(key, rolling, Instant::now());
-        self.deferred_done(key, items, result);
-    }
-
-    /// The resources of a deferred write are recorded (or need not be), or wait for a retry.
-    fn deferred_done(&mut self, key: &WorkloadKey, items: BTreeSet<ResourceKey>, result: WriteResult) {
-        match result {
-            WriteResult::Written | WriteResult::NotNeeded => {
-                self.retries.write_done(key);
-                let released = self.deferred.done(key, &items);
-                self.release(released);
-            }
-            WriteResult::Failed => {
-                let delay = self.retries.write_failed(key);
-                self.deferred.retry(key.clone(), items, delay);
-            }
-        }
-        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
-    }
-
-    /// Resources whose every deferred write is done: their change is handled.
-    fn release(&mut self, released: Vec<(ResourceKey, Option<crate::watch::DataHash>)>) {
-        for (key, hash) in released {
-            debug!(resource = %key, "every deferred write of the change is done");
-            self.record_acted(&key, hash.as_ref().map(short));
-            self.shards.dirty.insert(self.shard_of(&key));
         }
     }
 
