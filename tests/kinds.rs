@@ -482,6 +482,14 @@ async fn a_csi_rotation_reported_by_five_pods_rolls_the_workload_once() {
                 assert_eq!(names.get("STAKATER_VAULT_SECRETPROVIDERCLASS"), Some(&json!(v2)), "{names:?}");
             }
             assert_eq!(env.as_deref(), Some(v2.as_str()));
+            // `reloader explain` folds the pod statuses as the watches do: the class's state is
+            // the rotation, and the ignored class is named as such.
+            let report = explain_json(&["spc/vault", "-n", ns, "--enable-csi-integration"]).await;
+            assert_eq!(report["found"], true, "{report:#}");
+            assert_eq!(report["pairs"][0]["current_hash"], json!(v2), "{report:#}");
+            assert_eq!(report["pairs"][0]["reloads"], true, "{report:#}");
+            let quiet = explain_json(&["spc/quiet", "-n", ns, "--enable-csi-integration"]).await;
+            assert_eq!(quiet["pairs"][0]["rule"], "resource-ignored", "{quiet:#}");
             controller
         })
         .await;

@@ -2,18 +2,13 @@
 //! user's kubeconfig. The objects of the namespace go into a store of their own, compacted as
 //! the watches compact them, and the same decision code as the admin endpoint's answers.
 
-use std::collections::BTreeSet;
-
 use crate::reload::explain::{self, Explainer, Scope, Serving, Subject};
 use crate::reload::{Keys, Options, Rules};
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
-use crate::watch::{
-    Compactor, ResourceKey, ResourceKind, SlimConfigMap, SlimRaw, SlimSecret, SlimSecretProviderClass,
-    SlimSpcPodStatus, Store, Writer,
-};
+use crate::watch::{Compactor, ResourceKey, ResourceKind, Snapshot, Store};
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ListParams, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::{Api, Client};
 
 /// Everything the command decides with, as the controller would with the same flags.
@@ -65,7 +60,14 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
     }
 
     let (store, writer) = Store::new(request.keys.explicit_keys());
-    let left_out = load(&client, &request, &writer).await?;
+    let snapshot = Snapshot {
+        namespace: ns,
+        kinds: &request.scope.kinds,
+        resources: &request.scope.resources,
+        label_selector: request.resource_label_selector,
+        compactor: &request.compactor,
+    };
+    let left_out = snapshot.load(&client, &writer).await?;
     let selector = request.resource_label_selector.map(ToString::to_string).unwrap_or_default();
     let absent = |key: &ResourceKey| {
         if left_out.contains(key) {
@@ -85,80 +87,4 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
         print!("{}", explain::text(&report));
     }
     Ok(())
-}
-
-/// Fill the store with the namespace's workloads and resources as the watches would; return
-/// the resources the label selector leaves out (the watches never see them).
-async fn load(client: &Client, request: &Request<'_>, writer: &Writer) -> anyhow::Result<BTreeSet<ResourceKey>> {
-    let ns = request.namespace.as_str();
-    let params = ListParams::default();
-    for kind in &request.scope.kinds {
-        let api: Api<SlimRaw> = Api::namespaced_with(client.clone(), ns, &kind.api_resource());
-        let list = api.list(&params).await.with_context(|| format!("cannot list {} in {ns}", kind.spec().plural))?;
-        for object in &list.items {
-            if let Some(workload) = request.compactor.compact_raw(*kind, object) {
-                writer.apply_workload(workload);
-            }
-        }
-    }
-    let mut left_out = BTreeSet::new();
-    let selected = |labels: &Option<std::collections::BTreeMap<String, String>>| {
-        request.resource_label_selector.is_none_or(|s| s.matches(labels.as_ref().unwrap_or(&Default::default())))
-    };
-    let key = |kind, name: &Option<String>| ResourceKey {
-        kind,
-        namespace: ns.into(),
-        name: name.as_deref().unwrap_or_default().into(),
-    };
-    let scope = &request.scope.resources;
-    if scope.contains(&ResourceKind::ConfigMap) {
-        let api: Api<SlimConfigMap> = Api::namespaced(client.clone(), ns);
-        for cm in api.list(&params).await.with_context(|| format!("cannot list ConfigMaps in {ns}"))?.items {
-            let key = key(ResourceKind::ConfigMap, &cm.metadata.name);
-            if Compactor::is_internal(&cm) {
-                continue;
-            }
-            if selected(&cm.metadata.labels) {
-                writer.apply_resource(key, request.compactor.configmap(&cm));
-            } else {
-                left_out.insert(key);
-            }
-        }
-    }
-    if scope.contains(&ResourceKind::Secret) {
-        let api: Api<SlimSecret> = Api::namespaced(client.clone(), ns);
-        for secret in api.list(&params).await.with_context(|| format!("cannot list Secrets in {ns}"))?.items {
-            let key = key(ResourceKind::Secret, &secret.metadata.name);
-            if selected(&secret.metadata.labels) {
-                writer.apply_resource(key, request.compactor.secret(&secret));
-            } else {
-                left_out.insert(key);
-            }
-        }
-    }
-    if scope.contains(&ResourceKind::SecretProviderClass) {
-        // A class counts once a pod reports it, with the hash of what the pod mounted (the
-        // label selector does not apply: the driver labels nothing).
-        let statuses: Api<SlimSpcPodStatus> = Api::namespaced(client.clone(), ns);
-        let statuses = statuses
-            .list(&params)
-            .await
-            .with_context(|| format!("cannot list SecretProviderClassPodStatuses in {ns}"))?;
-        let classes: Api<SlimSecretProviderClass> = Api::namespaced(client.clone(), ns);
-        let classes =
-            classes.list(&params).await.with_context(|| format!("cannot list SecretProviderClasses in {ns}"))?;
-        for class in &classes.items {
-            let name = class.metadata.name.clone().unwrap_or_default();
-            let newest = statuses
-                .items
-                .iter()
-                .filter(|s| s.status.secret_provider_class_name == name)
-                .max_by_key(|s| s.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()));
-            if let Some(status) = newest {
-                let state = request.compactor.secret_provider_class(class, Compactor::spc_pod_status_hash(status));
-                writer.apply_resource(key(ResourceKind::SecretProviderClass, &class.metadata.name), state);
-            }
-        }
-    }
-    Ok(left_out)
 }

@@ -11,6 +11,7 @@ mod metrics;
 mod object;
 mod resource_map;
 mod server_shards;
+mod snapshot;
 mod store;
 mod watcher;
 mod wire;
@@ -24,6 +25,7 @@ pub use object::{
 };
 pub use resource_map::ResourceMap;
 pub use server_shards::ServerShards;
+pub use snapshot::{ListError, Snapshot};
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run, streaming_lists_served};
 pub use wire::{
