@@ -178,7 +178,7 @@ impl Engine {
             recorder,
             writes_out,
             metrics.errors.with_label_values(&["event_dropped"]),
-            metrics.gauges.events_pending.clone(),
+            metrics.held.events_pending.clone(),
         );
         Engine {
             rules,
@@ -194,7 +194,6 @@ impl Engine {
             shards,
             alerts,
             deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts),
-            damping: Damping::new(None, Damped::default()),
             queue: VecDeque::new(),
             pipeline: Pipeline::new(pacing.max_concurrent_writes),
         }
@@ -225,7 +224,7 @@ pub async fn run(
     let shards = ShardBook::new(client.clone(), owned.clone(), synced.clone(), active);
     let damping = Damping::new(config.pacing.flap_damping, damped);
     let mut engine = Engine::new(client, config, store, metrics, shards, alerts);
-    engine.damping = damping;
+    engine.deferred.damping = damping;
     engine.follow(&wanted(&mut synced, &mut owned));
     engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
@@ -259,8 +258,8 @@ pub async fn run(
             _ = tick.tick() => {
                 engine.resume_paused();
                 engine.prune();
-                let damped = engine.damping.prune(Instant::now());
-                engine.metrics.gauges.damped_resources.set(damped as i64);
+                let damped = engine.deferred.damping.prune(Instant::now());
+                engine.metrics.held.damped_resources.set(damped as i64);
                 // Shards whose checkpoint could not be read yet.
                 let wanted = wanted(&mut synced, &mut owned);
                 if !engine.follows(&wanted) {
@@ -346,10 +345,8 @@ struct Engine {
     /// The shards acted on, their checkpoints, and those loading, saving or let go.
     shards: ShardBook,
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,
-    /// Coalesced writes and writes held to the rollout budget.
+    /// Coalesced writes, writes held to the rollout budget, and flap damping.
     deferred: Deferred,
-    /// Resources changing too often, whose writes wait for the damping window.
-    damping: Damping,
     /// Changes received and not yet decided, oldest first.
     queue: VecDeque<Queued>,
     /// Changes whose writes are in flight.
@@ -437,11 +434,11 @@ impl Engine {
 
         // Only live updates count towards damping (not a retry or a take-up's reconcile).
         let damping = match (transition, &change.previous) {
-            (Transition::Updated, Some(_)) => self.damping.change(key, Instant::now()),
-            _ => self.damping.verdict(key),
+            (Transition::Updated, Some(_)) => self.deferred.damping.change(key, Instant::now()),
+            _ => self.deferred.damping.verdict(key),
         };
         if let Verdict::Damped { .. } = damping {
-            self.metrics.damped_changes.inc();
+            self.metrics.held.damped_changes.inc();
         }
         let mut writes = Vec::new();
         for candidate in self.store.candidates(key) {
@@ -465,7 +462,7 @@ impl Engine {
                 self.deferred.add(&workload.key, key, current.as_ref().map(|s| s.hash), window);
             }
         }
-        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
         Prepared::Writes { writes, transition, hash: state.hash, current: current.map(|s| s.hash) }
     }
 

@@ -33,15 +33,13 @@ pub struct Metrics {
     /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
     /// `dropped` because the queue was full.
     pub alerts: IntCounterVec,
-    /// `reloader_damped_changes_total`: changes whose writes flap damping held back.
-    pub damped_changes: IntCounter,
-    /// What the engine holds now.
-    pub gauges: Gauges,
+    /// What the engine holds now, and what flap damping held back.
+    pub held: Held,
 }
 
-/// What the engine holds now, one gauge each.
+/// What the engine holds now (one gauge each), and the changes flap damping held back.
 #[derive(Clone)]
-pub struct Gauges {
+pub struct Held {
     /// `reloader_shards_active`: shards the engine has taken up (checkpoint loaded).
     pub shards_active: IntGauge,
     /// `reloader_deferred_writes`: workloads with a coalesced or budget-held write pending.
@@ -54,16 +52,24 @@ pub struct Gauges {
     pub events_pending: IntGauge,
     /// `reloader_damped_resources`: resources flap damping holds now.
     pub damped_resources: IntGauge,
+    /// `reloader_damped_changes_total`: changes whose writes flap damping held back.
+    pub damped_changes: IntCounter,
 }
 
-impl Gauges {
+impl Held {
     fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
             let gauge = IntGauge::new(name, help)?;
             registry.register(Box::new(gauge.clone()))?;
             Ok(gauge)
         };
-        Ok(Gauges {
+        let damped_changes = IntCounter::new(
+            "reloader_damped_changes_total",
+            "Changes of resources changing too often, written with the flap damping window",
+        )?;
+        registry.register(Box::new(damped_changes.clone()))?;
+        Ok(Held {
+            damped_changes,
             shards_active: gauge("reloader_shards_active", "Shards the engine has taken up and acts on")?,
             deferred_writes: gauge(
                 "reloader_deferred_writes",
@@ -153,11 +159,6 @@ impl Metrics {
         registry.register(Box::new(workloads_matched.clone()))?;
         registry.register(Box::new(invalid_annotations.clone()))?;
         registry.register(Box::new(change_latency.clone()))?;
-        let damped_changes = IntCounter::new(
-            "reloader_damped_changes_total",
-            "Changes of resources changing too often, written with the flap damping window",
-        )?;
-        registry.register(Box::new(damped_changes.clone()))?;
         Ok(Metrics {
             reload_executed,
             reload_executed_by_namespace,
@@ -173,8 +174,7 @@ impl Metrics {
             change_latency,
             namespaces: NamespaceStats::default(),
             alerts,
-            damped_changes,
-            gauges: Gauges::register(registry)?,
+            held: Held::register(registry)?,
         })
     }
 

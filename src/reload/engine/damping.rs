@@ -61,6 +61,7 @@ pub(super) enum Verdict {
 }
 
 /// The recent changes of each resource, bounded to `changes + 1` instants each.
+#[derive(Default)]
 pub(super) struct Damping {
     config: Option<FlapDamping>,
     seen: HashMap<ResourceKey, VecDeque<Instant>>,

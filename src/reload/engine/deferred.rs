@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
+use super::damping::Damping;
 use crate::watch::{DataHash, ResourceKey, Store, WorkloadKey};
 
 /// What a resource waits for: the hash of its last processed change (what the checkpoint
@@ -49,6 +50,8 @@ pub(super) struct Deferred {
     max_in_flight: Option<usize>,
     /// Those workloads: the generation written, and when.
     in_flight: HashMap<WorkloadKey, (i64, Instant)>,
+    /// Resources changing too often: their writes wait here for the damping window.
+    pub(super) damping: Damping,
 }
 
 /// A rollout that has not completed after this long no longer holds a place in the
@@ -261,6 +264,7 @@ impl Deferred {
         self.ready.retain(|ns, _| !lost(ns));
         self.in_flight.retain(|w, _| !lost(&w.namespace));
         self.parked.retain(|w| !lost(&w.namespace));
+        self.damping.forget(&lost);
         let gone: Vec<WorkloadKey> = self.waiting.keys().filter(|w| lost(&w.namespace)).cloned().collect();
         for workload in gone {
             if let Some(key) = self.waiting.remove(&workload) {

@@ -217,7 +217,6 @@ impl Engine {
             // in the checkpoint. Deferred writes are dropped for the same reason.
             self.shards.letting_go.insert(shard, 0);
             self.deferred.forget(|ns| ring.shard_of(ns) == shard);
-            self.damping.forget(|ns| ring.shard_of(ns) == shard);
             debug!(shard, "letting go: its writes in flight land, then its checkpoint is saved");
         }
         // Owned now, and said so before acting: a Lease is never released under a shard being
@@ -297,7 +296,7 @@ impl Engine {
     /// shard's Lease once it has left); the metric counts those acted on.
     fn publish_active(&mut self) {
         self.metrics
-            .gauges
+            .held
             .shards_active
             .set(self.shards.checkpoints.len().saturating_sub(self.shards.letting_go.len()) as i64);
         self.shards

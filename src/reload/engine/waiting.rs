@@ -55,8 +55,8 @@ impl Engine {
                 self.send_pending(key, items, now);
             }
         }
-        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
+        self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.held.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// Send one write that records every resource of `items` on the workload, from their
@@ -118,8 +118,8 @@ impl Engine {
                 self.deferred.retry(key.clone(), items, delay);
             }
         }
-        self.metrics.gauges.deferred_writes.set(self.deferred.len() as i64);
-        self.metrics.gauges.rollouts_in_flight.set(self.deferred.in_flight() as i64);
+        self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
+        self.metrics.held.rollouts_in_flight.set(self.deferred.in_flight() as i64);
     }
 
     /// Resources whose every deferred write is done: their change is handled.
