@@ -88,6 +88,7 @@ fn build(namespaces: usize, workloads_per_ns: usize) -> Built {
                 hash: DataHash::of_configmap(&data, &BTreeMap::new()),
                 ignored: false,
                 search_match: false,
+                wide: None,
             };
             writer.apply_resource(key, state);
             resources += 1;
@@ -117,14 +118,20 @@ fn run_changes(built: &Built, namespaces: usize) -> (f64, usize) {
             namespace: Arc::from(format!("ns-{}", k % namespaces)),
             name: Arc::from(format!("config-{}", k % configmaps)),
         };
-        let state =
-            ResourceState { hash: DataHash::of_bytes(format!("{k}").as_bytes()), ignored: false, search_match: false };
+        let state = ResourceState {
+            hash: DataHash::of_bytes(format!("{k}").as_bytes()),
+            ignored: false,
+            search_match: false,
+            wide: None,
+        };
         for w in built.store.candidates(&key) {
             evaluated += 1;
             let verdict = rules.decide(key.kind, &key.name, &state, &w.annotations, &w.template);
             let Some(mode) = verdict.mode else { continue };
             let Some(c) = target_container(&w.template, key.kind, &key.name, mode) else { continue };
-            if plan(Strategy::EnvVars, &w, &Item::new(key.kind, &key.name, c, Target::Hash(state.hash)), 0).is_some() {
+            if plan(Strategy::EnvVars, &w, &Item::new(key.kind, &key.name, c, Target::Hash(state.hashes())), 0)
+                .is_some()
+            {
                 planned += 1;
             }
         }

@@ -7,6 +7,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::{ConfigMap as Cm, Secret};
+use reloader_fleet::watch::WideHash;
 use serde_json::json;
 use support::controller::Controller;
 use support::fixtures::{
@@ -359,4 +360,52 @@ async fn orphaned_env_vars_leave_with_the_next_reload_write_and_never_roll_on_th
         controller
     })
     .await;
+}
+
+fn wide_cm_hash(data: &[(&str, &str)]) -> String {
+    let map = data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    WideHash::of_configmap(&map, &Default::default()).to_string()
+}
+
+/// `--hash=sha512-256` (Reloader's open PR #1086): switching to it rolls nothing, even with
+/// every resource replayed as created at start (a record of either form for the current data
+/// is up to date); the 64-digit form is written with the next real change; switching back
+/// rolls nothing either, and the next change writes Reloader's SHA-1 again.
+#[tokio::test]
+async fn switching_the_hash_form_rolls_nothing_and_the_next_change_writes_the_new_form() {
+    for strategy in STRATEGIES {
+        with_temp_ns("hash-form", |client, ns| async move {
+            let ctx = Ctx::new(client, ns, strategy);
+            let (c, ns) = (&ctx.client, ctx.ns.as_str());
+            create_configmap(c, ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").env_from_configmap("cm").auto().create(c, ns).await;
+            let replay = ["--reload-on-create=true", "--sync-after-restart=true"];
+
+            let sha1 = ctx.start_controller("sha1", &[]).await;
+            wait_stored(&sha1, 1).await;
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+            sha1.stop().await;
+            let before = generation(c, ns, Kind::Deployment, "web").await;
+
+            let wide = ctx.start_controller("wide", &[&["--hash=sha512-256"][..], &replay[..]].concat()).await;
+            wait_stored(&wide, 1).await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "switching to sha512-256 rolled");
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "3" } })).await;
+            let written = wide_cm_hash(&[("k", "3")]);
+            assert_eq!(written.len(), 64);
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &written).await;
+            wide.stop().await;
+            let before = generation(c, ns, Kind::Deployment, "web").await;
+
+            let back = ctx.start_controller("back", &["--hash=sha1"]).await;
+            wait_stored(&back, 1).await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "switching back rolled");
+            patch_configmap(c, ns, "cm", json!({ "data": { "k": "4" } })).await;
+            ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "4")])).await;
+            assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before + 1, "one rollout for the change");
+            back.stop().await;
+        })
+        .await;
+    }
 }

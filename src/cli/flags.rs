@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::reload::Strategy;
 use crate::shard::Placement;
+use crate::watch::HashForm;
 
 use super::values::{
     coalesce_window, csv_list, damping_window, go_bool, leader_election_duration, parse_addr, parse_rate,
@@ -107,6 +108,11 @@ pub struct WatchFlags {
     /// Label selector ConfigMaps and Secrets must match (applied by the API server).
     #[arg(long, env = "RESOURCE_LABEL_SELECTOR", value_parser = csv_list, global = true)]
     pub resource_label_selector: Vec<String>,
+    /// The hash a reload records: sha1 (Reloader's) or sha512-256 (SHA-512/256 of the same
+    /// input, for ConfigMaps and Secrets). Either form recorded for the current data counts as
+    /// up to date, so switching rolls nothing: the new form is written with the next change.
+    #[arg(long, env = "HASH", default_value = "sha1", global = true)]
+    pub hash: HashForm,
 }
 
 /// The annotation keys, each overridable as in Reloader.

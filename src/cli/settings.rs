@@ -12,7 +12,7 @@ use super::{Args, Command};
 use crate::reload::duration::GoDuration;
 use crate::reload::{AlertConfig, FlapDamping, Keys, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
 use crate::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
-use crate::watch::WorkloadKind;
+use crate::watch::{HashForm, WorkloadKind};
 
 /// Everything the process was told, checked.
 pub struct Settings {
@@ -73,6 +73,8 @@ pub struct WatchSettings {
     /// Where the scoped namespaces came from, for messages.
     pub scoped_namespaces_source: String,
     pub resource_label_selector: Option<LabelSelector>,
+    /// `--hash`: the form a reload write records.
+    pub hash: HashForm,
 }
 
 pub struct ReloadSettings {
@@ -242,6 +244,7 @@ impl Args {
             scoped_namespaces: scoped,
             scoped_namespaces_source,
             resource_label_selector,
+            hash: flags.hash,
         })
     }
 

@@ -111,12 +111,20 @@ fn values_that_panicked_are_start_up_errors() {
         ["--flap-damping-window=2h"],
         ["--flap-damping-window=100ms"],
         ["--flap-damping-changes=-1"],
+        ["--hash=md5"],
     ] {
         let err = Args::try_parse_from(std::iter::once("reloader").chain(flags)).expect_err("refused");
         assert!(err.to_string().contains(flags[0].split('=').next().unwrap_or_default()), "{err}");
     }
     assert_eq!(args(&["--coalesce-window=1h"]).reload.coalesce_window, Duration::from_secs(3600));
     assert_eq!(args(&["--max-rollouts-per-second=0.5"]).reload.max_rollouts_per_second, 0.5);
+}
+
+#[test]
+fn the_hash_is_reloaders_sha1_unless_sha512_256_is_chosen() {
+    use crate::watch::HashForm;
+    assert_eq!(args(&[]).settings().expect("valid").watch.hash, HashForm::Sha1);
+    assert_eq!(args(&["--hash=sha512-256"]).settings().expect("valid").watch.hash, HashForm::Sha512_256);
 }
 
 #[test]

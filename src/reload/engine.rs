@@ -405,11 +405,16 @@ impl Engine {
             return Prepared::Finished(Outcome::Skipped);
         }
         let (target, state) = match &current {
-            Some(state) => (Target::Hash(state.hash), state.clone()),
+            Some(state) => (Target::Hash(state.hashes()), state.clone()),
             // A deleted resource is matched as if it had no annotations of its own.
             None => (
                 Target::Deleted,
-                ResourceState { hash: crate::watch::DataHash::of_bytes(b""), ignored: false, search_match: false },
+                ResourceState {
+                    hash: crate::watch::DataHash::of_bytes(b""),
+                    ignored: false,
+                    search_match: false,
+                    wide: None,
+                },
             ),
         };
 

@@ -261,7 +261,7 @@ impl Explainer<'_> {
             uses: uses(workload, resource.kind, &resource.name),
             writes: None,
             recorded_hash: None,
-            current_hash: state.as_ref().map(|s| s.hash.to_string()),
+            current_hash: state.as_ref().map(|s| s.hashes().written()),
             damped: None,
         };
         let outer = if let Some(why) = &serving.not_selected {
@@ -476,7 +476,7 @@ mod tests {
     }
 
     fn state(ignored: bool) -> ResourceState {
-        ResourceState { hash: DataHash::of_bytes(b"v1"), ignored, search_match: false }
+        ResourceState { hash: DataHash::of_bytes(b"v1"), ignored, search_match: false, wide: None }
     }
 
     /// `web` mounts ConfigMap `config`, takes Secret `db` through envFrom, and names ConfigMap

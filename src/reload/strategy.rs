@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::reload::pause::merge_patch;
 use crate::reload::{LAST_RELOADED_FROM, RELOADED_HASHES, env_var_name};
-use crate::watch::{DataHash, ResourceKind, Workload};
+use crate::watch::{DataHash, Hashes, ResourceKind, Workload};
 
 /// `--reload-strategy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,8 +48,8 @@ impl fmt::Display for Strategy {
 /// What the workload should record for the resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// The resource's current hash.
-    Hash(DataHash),
+    /// The resource's current hash (either form recorded counts; the chosen one is written).
+    Hash(Hashes),
     /// The resource was deleted (`--reload-on-delete`).
     Deleted,
 }
@@ -145,8 +145,8 @@ fn plan_env_var(workload: &Workload, item: &Item, container_name: &str) -> Optio
     let var = env_var_name(resource_name, kind);
     let recorded = recorded_env_var(workload, kind, resource_name, container);
     let env = match (target, recorded.as_deref()) {
-        (Target::Hash(h), Some(value)) if value == h.to_string() => return None,
-        (Target::Hash(h), _) => json!({ "name": var, "value": h.to_string() }),
+        (Target::Hash(h), Some(value)) if h.is_recorded_as(value) => return None,
+        (Target::Hash(h), _) => json!({ "name": var, "value": h.written() }),
         (Target::Deleted, None) => return None,
         // Strategic merge deletes the list item by its merge key, wherever it sits.
         (Target::Deleted, Some(_)) => json!({ "name": var, "$patch": "delete" }),
@@ -156,7 +156,7 @@ fn plan_env_var(workload: &Workload, item: &Item, container_name: &str) -> Optio
     if records_in_metadata(workload) {
         let mut recorded = recorded_hashes(workload);
         match target {
-            Target::Hash(h) => recorded.insert(record_key(kind, resource_name), h.to_string()),
+            Target::Hash(h) => recorded.insert(record_key(kind, resource_name), h.written()),
             Target::Deleted => recorded.remove(&record_key(kind, resource_name)),
         };
         // Serializing a map of strings cannot fail.
@@ -315,18 +315,18 @@ pub fn apply_strategic(target: &mut Value, patch: &Value) {
 
 fn plan_annotation(workload: &Workload, item: &Item, container_name: &str, observed_at: i64) -> Option<Value> {
     let (kind, resource_name) = (item.kind, item.name.as_str());
-    let hash = match item.target {
+    let hashes = match item.target {
         Target::Hash(h) => h,
-        Target::Deleted => delete_marker(),
+        Target::Deleted => delete_marker().into(),
     };
     let mut recorded = recorded_hashes(workload);
     let record_key = record_key(kind, resource_name);
-    let hash_text = hash.to_string();
-    if recorded.get(&record_key) == Some(&hash_text) {
+    let hash_text = hashes.written();
+    if recorded.get(&record_key).is_some_and(|r| hashes.is_recorded_as(r)) {
         return None;
     }
     if last_reloaded_from(workload)
-        .is_some_and(|s| s.type_ == kind.type_suffix() && s.name == resource_name && s.hash == hash_text)
+        .is_some_and(|s| s.type_ == kind.type_suffix() && s.name == resource_name && hashes.is_recorded_as(&s.hash))
     {
         return None;
     }
@@ -393,7 +393,7 @@ mod tests {
         let mut w = workload();
         w.template.containers[1].recorded = vec![("STAKATER_S_SECRET".into(), "old".into())];
         let items = [
-            Item::new(ResourceKind::ConfigMap, "a", 1, Target::Hash(hash())),
+            Item::new(ResourceKind::ConfigMap, "a", 1, Target::Hash(hash().into())),
             Item::new(ResourceKind::Secret, "s", 1, Target::Deleted),
         ];
         let patch = plan_all(Strategy::EnvVars, &w, &items, 0).expect("writes");
@@ -434,7 +434,7 @@ mod tests {
         let patch = plan(
             Strategy::EnvVars,
             &workload(),
-            &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash())),
+            &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash().into())),
             0,
         );
         assert_eq!(
@@ -450,13 +450,23 @@ mod tests {
         let mut w = workload();
         w.template.containers[1].recorded.push(("STAKATER_MY_CONFIG_CONFIGMAP".into(), hash().to_string()));
         assert_eq!(
-            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash())), 0),
+            plan(
+                Strategy::EnvVars,
+                &w,
+                &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(hash().into())),
+                0
+            ),
             None
         );
         let other = DataHash::of_bytes(b"other");
         assert!(
-            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(other)), 0)
-                .is_some()
+            plan(
+                Strategy::EnvVars,
+                &w,
+                &Item::new(ResourceKind::ConfigMap, "my-config", 1, Target::Hash(other.into())),
+                0
+            )
+            .is_some()
         );
     }
 
@@ -475,7 +485,7 @@ mod tests {
 
     #[test]
     fn annotation_json_has_reloader_v1_field_order() {
-        let item = Item::new(ResourceKind::ConfigMap, "cm", 1, Target::Hash(hash()));
+        let item = Item::new(ResourceKind::ConfigMap, "cm", 1, Target::Hash(hash().into()));
         let patch = plan(Strategy::Annotations, &workload(), &item, 1700000000).expect("a first reload writes");
         let value = patch["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM]
             .as_str()
@@ -492,9 +502,13 @@ mod tests {
     #[test]
     fn annotations_strategy_is_idempotent_per_resource() {
         let mut w = workload();
-        let patch =
-            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash())), 1)
-                .expect("writes");
+        let patch = plan(
+            Strategy::Annotations,
+            &w,
+            &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash().into())),
+            1,
+        )
+        .expect("writes");
         let recorded = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("string").to_string();
         w.annotations.insert(RELOADED_HASHES.into(), recorded);
         // A later reload for another resource overwrote last-reloaded-from...
@@ -505,7 +519,12 @@ mod tests {
         );
         // ...yet replaying the change of `a` writes nothing.
         assert_eq!(
-            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash())), 3),
+            plan(
+                Strategy::Annotations,
+                &w,
+                &Item::new(ResourceKind::ConfigMap, "a", 0, Target::Hash(hash().into())),
+                3
+            ),
             None
         );
     }
@@ -521,7 +540,7 @@ mod tests {
             ),
         );
         assert_eq!(
-            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::Secret, "s", 1, Target::Hash(hash())), 9),
+            plan(Strategy::Annotations, &w, &Item::new(ResourceKind::Secret, "s", 1, Target::Hash(hash().into())), 9),
             None
         );
     }
@@ -539,13 +558,14 @@ mod tests {
     fn a_cronjob_records_env_var_reloads_on_its_metadata() {
         let mut w = workload();
         w.key.kind = crate::watch::WorkloadKind::CronJob;
-        let patch = plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash())), 0)
-            .expect("a first reload writes");
+        let patch =
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash().into())), 0)
+                .expect("a first reload writes");
         let record = patch["metadata"]["annotations"][RELOADED_HASHES].as_str().expect("recorded").to_string();
         assert_eq!(record, format!(r#"{{"CONFIGMAP/cm":"{}"}}"#, hash()));
         w.annotations.insert(RELOADED_HASHES.into(), record);
         assert_eq!(
-            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash())), 0),
+            plan(Strategy::EnvVars, &w, &Item::new(ResourceKind::ConfigMap, "cm", 0, Target::Hash(hash().into())), 0),
             None
         );
     }
@@ -585,8 +605,13 @@ mod tests {
     #[test]
     fn a_combined_write_records_every_resource_in_both_strategies() {
         let items = [
-            Item { kind: ResourceKind::ConfigMap, name: "config".into(), container: 0, target: Target::Hash(hash()) },
-            Item { kind: ResourceKind::Secret, name: "db".into(), container: 0, target: Target::Hash(hash()) },
+            Item {
+                kind: ResourceKind::ConfigMap,
+                name: "config".into(),
+                container: 0,
+                target: Target::Hash(hash().into()),
+            },
+            Item { kind: ResourceKind::Secret, name: "db".into(), container: 0, target: Target::Hash(hash().into()) },
         ];
         let env = plan_all(Strategy::EnvVars, &workload(), &items, 1).expect("both to record");
         let vars = env.pointer("/spec/template/spec/containers/0/env").and_then(Value::as_array).expect("env list");

@@ -297,6 +297,8 @@ pub fn compactor(settings: &Settings) -> watch::Compactor {
         keys.search_match.clone(),
         settings.reload.auto_reload_all,
     );
+    let compactor =
+        if settings.watch.hash == watch::HashForm::Sha512_256 { compactor.hashing_wide() } else { compactor };
     if settings.reload.annotation_lint { compactor.keeping_lookalikes() } else { compactor }
 }
 

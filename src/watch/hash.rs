@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine as _;
-use sha1::{Digest, Sha1};
+use sha1::Sha1;
+use sha1::digest::{self, Digest};
+use sha2::Sha512_256;
 
 /// A 20-byte SHA-1 digest, shown as Reloader shows it: 40 lowercase hex characters.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,19 +33,12 @@ impl DataHash {
 
     /// ConfigMap: `data` entries as `key=value`, `binaryData` entries as `key=base64(value)`.
     pub fn of_configmap(data: &BTreeMap<String, String>, binary_data: &BTreeMap<String, Vec<u8>>) -> Self {
-        let base64 = base64::engine::general_purpose::STANDARD;
-        let mut entries: Vec<Vec<u8>> = data
-            .iter()
-            .map(|(k, v)| entry(k.as_bytes(), v.as_bytes()))
-            .chain(binary_data.iter().map(|(k, v)| entry(k.as_bytes(), base64.encode(v).as_bytes())))
-            .collect();
-        Self::of_entries(&mut entries)
+        DataHash(joined::<Sha1>(&mut configmap_entries(data, binary_data)).into())
     }
 
     /// Secret: `data` entries as `key=<decoded bytes, verbatim>`.
     pub fn of_secret(data: &BTreeMap<String, Vec<u8>>) -> Self {
-        let mut entries: Vec<Vec<u8>> = data.iter().map(|(k, v)| entry(k.as_bytes(), v)).collect();
-        Self::of_entries(&mut entries)
+        DataHash(joined::<Sha1>(&mut secret_entries(data)).into())
     }
 
     /// SecretProviderClassPodStatus: `id=version` per mounted object plus
@@ -61,15 +56,7 @@ impl DataHash {
     }
 
     fn of_entries(entries: &mut [Vec<u8>]) -> Self {
-        entries.sort_unstable();
-        let mut hasher = Sha1::new();
-        for (i, e) in entries.iter().enumerate() {
-            if i > 0 {
-                hasher.update(b";");
-            }
-            hasher.update(e);
-        }
-        DataHash(hasher.finalize().into())
+        DataHash(joined::<Sha1>(entries).into())
     }
 
     /// Parse the 40-hex-character form written into workloads. `None` for anything else.
@@ -88,6 +75,102 @@ impl DataHash {
     }
 }
 
+/// `--hash=sha512-256`: SHA-512/256 of the same input as [`DataHash`] (Reloader's open PR
+/// #1086), 64 lowercase hex characters. Written instead of the SHA-1 once chosen; either form
+/// recorded for the current data counts as up to date.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WideHash([u8; 32]);
+
+impl WideHash {
+    pub fn of_configmap(data: &BTreeMap<String, String>, binary_data: &BTreeMap<String, Vec<u8>>) -> Self {
+        WideHash(joined::<Sha512_256>(&mut configmap_entries(data, binary_data)).into())
+    }
+
+    pub fn of_secret(data: &BTreeMap<String, Vec<u8>>) -> Self {
+        WideHash(joined::<Sha512_256>(&mut secret_entries(data)).into())
+    }
+}
+
+/// `--hash`: the form a reload write records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HashForm {
+    /// Reloader's SHA-1 (40 hex digits).
+    #[default]
+    Sha1,
+    /// SHA-512/256 of the same input (64 hex digits), for ConfigMaps and Secrets.
+    Sha512_256,
+}
+
+impl std::str::FromStr for HashForm {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "sha1" => Ok(HashForm::Sha1),
+            "sha512-256" => Ok(HashForm::Sha512_256),
+            other => Err(format!("{other:?} is not a hash: expected sha1 or sha512-256")),
+        }
+    }
+}
+
+/// The forms of one resource's hash a workload may record: Reloader's SHA-1, and with
+/// `--hash=sha512-256` the wide one, which is then what a write records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hashes {
+    pub sha1: DataHash,
+    pub wide: Option<WideHash>,
+}
+
+impl Hashes {
+    /// What a write records.
+    pub fn written(&self) -> String {
+        match self.wide {
+            Some(wide) => wide.to_string(),
+            None => self.sha1.to_string(),
+        }
+    }
+
+    /// Whether a recorded value is this data's, in either form.
+    pub fn is_recorded_as(&self, text: &str) -> bool {
+        match text.len() {
+            40 => self.sha1.to_string() == text,
+            64 => self.wide.is_some_and(|w| w.to_string() == text),
+            _ => false,
+        }
+    }
+}
+
+impl From<DataHash> for Hashes {
+    fn from(sha1: DataHash) -> Self {
+        Hashes { sha1, wide: None }
+    }
+}
+
+fn configmap_entries(data: &BTreeMap<String, String>, binary_data: &BTreeMap<String, Vec<u8>>) -> Vec<Vec<u8>> {
+    let base64 = base64::engine::general_purpose::STANDARD;
+    data.iter()
+        .map(|(k, v)| entry(k.as_bytes(), v.as_bytes()))
+        .chain(binary_data.iter().map(|(k, v)| entry(k.as_bytes(), base64.encode(v).as_bytes())))
+        .collect()
+}
+
+fn secret_entries(data: &BTreeMap<String, Vec<u8>>) -> Vec<Vec<u8>> {
+    data.iter().map(|(k, v)| entry(k.as_bytes(), v)).collect()
+}
+
+/// The entries sorted bytewise as whole strings, joined with `;`, digested.
+fn joined<D: Digest>(entries: &mut [Vec<u8>]) -> digest::Output<D> {
+    entries.sort_unstable();
+    let mut hasher = D::new();
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b";");
+        }
+        hasher.update(e);
+    }
+    hasher.finalize()
+}
+
 fn entry(key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut e = Vec::with_capacity(key.len() + 1 + value.len());
     e.extend_from_slice(key);
@@ -102,6 +185,21 @@ impl fmt::Display for DataHash {
             write!(f, "{b:02x}")?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for WideHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for WideHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WideHash({self})")
     }
 }
 
@@ -199,6 +297,18 @@ mod tests {
     fn secret_provider_class_vector_matches_reloader() {
         let h = DataHash::of_secret_provider_class("my-spc", [("secret/password", "v1")]);
         assert_eq!(h.to_string(), golden("spcps"));
+    }
+
+    #[test]
+    fn the_wide_hash_is_sha512_256_of_reloaders_input() {
+        // `printf 'test=test' | openssl dgst -sha512-256`: the input of the cm_test vector.
+        let wide = WideHash::of_configmap(&strings(&[("test", "test")]), &BTreeMap::new());
+        assert_eq!(wide.to_string(), "42444f71dad85c450e773a3265284692b240aa22b00d0f8513a5d23814a191cc");
+        let secret = bytes(&[("password", b"hunter2"), ("user", b"admin")]);
+        assert_eq!(
+            WideHash::of_secret(&secret).to_string(),
+            "9553d80273b68bf2a06b5f716dded65b049f5b6ae2446c09e5f7c4febe504da9"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod store;
 mod watcher;
 mod wire;
 
-pub use hash::DataHash;
+pub use hash::{DataHash, HashForm, Hashes, WideHash};
 pub use kind::{KindSpec, WorkloadKind, WriteMethod};
 pub use metrics::Metrics;
 pub use object::{

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::watch::{DataHash, WorkloadKind};
+use crate::watch::{DataHash, Hashes, WideHash, WorkloadKind};
 
 /// The kinds of resource whose data changes roll workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -121,6 +121,15 @@ pub struct ResourceState {
     pub ignored: bool,
     /// The match annotation is exactly `"true"`: workloads with `search` reload for it.
     pub search_match: bool,
+    /// With `--hash=sha512-256`, the data's SHA-512/256 (boxed: 8 bytes when off).
+    pub wide: Option<Box<WideHash>>,
+}
+
+impl ResourceState {
+    /// The forms a workload may record for this data.
+    pub fn hashes(&self) -> Hashes {
+        Hashes { sha1: self.hash, wide: self.wide.as_deref().copied() }
+    }
 }
 
 /// A workload as the engine needs it: no status, no images, no resources.

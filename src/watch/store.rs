@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn forgetting_a_namespace_drops_its_objects_only() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false };
+        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None };
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("b", "cm"), state);
         writer.apply_workload(workload("a", "w", &["cm"], &[]));
@@ -440,7 +440,12 @@ mod tests {
     #[test]
     fn a_loaded_resource_keeps_its_baseline_through_updates_and_a_created_one_has_none() {
         let (store, writer) = Store::new(vec![]);
-        let state = |data: &[u8]| ResourceState { hash: DataHash::of_bytes(data), ignored: false, search_match: false };
+        let state = |data: &[u8]| ResourceState {
+            hash: DataHash::of_bytes(data),
+            ignored: false,
+            search_match: false,
+            wide: None,
+        };
         writer.apply_resource(cm("a", "listed"), state(b"0"));
         writer.apply_resource(cm("a", "listed"), state(b"1"));
         writer.apply_created_resource(cm("a", "created"), state(b"0"));
@@ -456,7 +461,7 @@ mod tests {
     #[test]
     fn a_namespace_counts_while_it_has_a_stored_object() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false };
+        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None };
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("a", "cm"), state.clone()); // an update is not a second object
         writer.apply_workload(workload("a", "w", &["cm"], &[]));

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::watch::{
-    Annotations, Container, DataHash, PodTemplate, Reference, ResourceKind, ResourceState, Volume, Workload,
+    Annotations, Container, DataHash, PodTemplate, Reference, ResourceKind, ResourceState, Volume, WideHash, Workload,
     WorkloadKey, WorkloadKind, WriteMethod,
 };
 
@@ -386,6 +386,8 @@ pub struct Compactor {
     raw_for_all: bool,
     /// Keep annotation keys that look like Reloader's too, for the annotation lint.
     keep_lookalikes: bool,
+    /// `--hash=sha512-256`: ConfigMaps and Secrets also get their SHA-512/256, which writes record.
+    wide: bool,
 }
 
 /// Whether an annotation key may concern Reloader at all (a misspelling included): cheap, so
@@ -413,7 +415,14 @@ impl Compactor {
             search_match_key: search_match_key.into(),
             raw_for_all,
             keep_lookalikes: false,
+            wide: false,
         }
+    }
+
+    /// Also hash ConfigMaps and Secrets with SHA-512/256 (`--hash=sha512-256`).
+    pub fn hashing_wide(mut self) -> Self {
+        self.wide = true;
+        self
     }
 
     /// Also keep workload annotations that look like Reloader's (for the lint).
@@ -429,12 +438,16 @@ impl Compactor {
 
     pub fn configmap(&self, cm: &SlimConfigMap) -> ResourceState {
         let binary: BTreeMap<String, Vec<u8>> = cm.binary_data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
-        self.resource_state(&cm.metadata, DataHash::of_configmap(&cm.data, &binary))
+        let mut state = self.resource_state(&cm.metadata, DataHash::of_configmap(&cm.data, &binary));
+        state.wide = self.wide.then(|| Box::new(WideHash::of_configmap(&cm.data, &binary)));
+        state
     }
 
     pub fn secret(&self, secret: &SlimSecret) -> ResourceState {
         let data: BTreeMap<String, Vec<u8>> = secret.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
-        self.resource_state(&secret.metadata, DataHash::of_secret(&data))
+        let mut state = self.resource_state(&secret.metadata, DataHash::of_secret(&data));
+        state.wide = self.wide.then(|| Box::new(WideHash::of_secret(&data)));
+        state
     }
 
     /// Reloader's hash of a pod status: the same for every pod mounting the same versions.
@@ -453,7 +466,12 @@ impl Compactor {
 
     fn resource_state(&self, meta: &ObjectMeta, hash: DataHash) -> ResourceState {
         let is_true = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
-        ResourceState { hash, ignored: is_true(&self.ignore_key), search_match: is_true(&self.search_match_key) }
+        ResourceState {
+            hash,
+            ignored: is_true(&self.ignore_key),
+            search_match: is_true(&self.search_match_key),
+            wide: None,
+        }
     }
 
     /// The stored form of a slim workload; `None` without namespace or name (never sent).

@@ -72,10 +72,15 @@ impl Engine {
         let mut sources = Vec::new();
         for resource in &items {
             let (target, state) = match self.store.resource(resource) {
-                Some(state) => (Target::Hash(state.hash), state),
+                Some(state) => (Target::Hash(state.hashes()), state),
                 None if self.config.reload_on_delete && resource.kind != ResourceKind::SecretProviderClass => (
                     Target::Deleted,
-                    ResourceState { hash: crate::watch::DataHash::of_bytes(b""), ignored: false, search_match: false },
+                    ResourceState {
+                        hash: crate::watch::DataHash::of_bytes(b""),
+                        ignored: false,
+                        search_match: false,
+                        wide: None,
+                    },
                 ),
                 None => continue,
             };

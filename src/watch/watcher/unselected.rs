@@ -96,7 +96,7 @@ mod tests {
     }
 
     fn state(data: &str) -> ResourceState {
-        ResourceState { hash: DataHash::of_bytes(data.as_bytes()), ignored: false, search_match: false }
+        ResourceState { hash: DataHash::of_bytes(data.as_bytes()), ignored: false, search_match: false, wide: None }
     }
 
     #[test]
