@@ -15,7 +15,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::watch::{
-    PodTemplate, ResourceKey, ResourceKind, ResourceMap, ResourceState, Workload, WorkloadKey, WorkloadKind,
+    DataHash, PodTemplate, ResourceKey, ResourceKind, ResourceMap, ResourceState, WideHash, Workload, WorkloadKey,
+    WorkloadKind,
 };
 
 #[derive(Default)]
@@ -30,17 +31,35 @@ struct Inner {
     /// Per Deployment, the Argo Rollouts that run its pod template (`spec.workloadRef`): they
     /// are stored with its template, and stored again when it changes.
     runs_template_of: HashMap<WorkloadKey, BTreeSet<WorkloadKey>>,
+    /// With `--hash=sha512-256`, the resources' SHA-512/256 (empty otherwise: the entries stay
+    /// as small as without it).
+    wide: HashMap<ResourceKey, WideHash>,
 }
 
 /// A stored resource.
 struct Entry {
-    state: ResourceState,
+    state: Slim,
     /// The hash the resource had when it was loaded (by a list, or as the baseline of a
     /// namespace that joined); none for a resource a watch event created. Changes made since
     /// may still be on their way to the engine, which takes this, not the current hash, as what
     /// was known before them. Its [`short`](crate::watch::DataHash::short) form, as bytes: the
     /// entry stays 31 bytes (a whole hash made it 43; 60,000 resources are stored).
     baseline: Option<[u8; 8]>,
+}
+
+/// A [`ResourceState`] without its wide hash (kept aside in [`Inner::wide`]).
+#[derive(Clone)]
+struct Slim {
+    hash: DataHash,
+    ignored: bool,
+    search_match: bool,
+}
+
+impl Slim {
+    fn of(state: ResourceState) -> (Slim, Option<Box<WideHash>>) {
+        let ResourceState { hash, ignored, search_match, wide } = state;
+        (Slim { hash, ignored, search_match }, wide)
+    }
 }
 
 /// Workload keys sorted without duplicates. Most resources are used by one or two workloads:
@@ -73,6 +92,21 @@ impl KeySet {
 }
 
 impl Inner {
+    /// The full state of a stored resource.
+    fn state(&self, key: &ResourceKey, slim: &Slim) -> ResourceState {
+        let wide = if self.wide.is_empty() { None } else { self.wide.get(key).map(|w| Box::new(*w)) };
+        ResourceState { hash: slim.hash, ignored: slim.ignored, search_match: slim.search_match, wide }
+    }
+
+    /// Keep or drop the wide hash of `key`.
+    fn set_wide(&mut self, key: &ResourceKey, wide: Option<Box<WideHash>>) -> Option<WideHash> {
+        match wide {
+            Some(wide) => self.wide.insert(key.clone(), *wide),
+            None if self.wide.is_empty() => None,
+            None => self.wide.remove(key),
+        }
+    }
+
     /// The stored copy of a namespace's name, so that the objects of one namespace share one
     /// allocation of it (70,000 copies at 10,000 namespaces of 7 objects otherwise).
     fn shared(&self, namespace: &Arc<str>) -> Arc<str> {
@@ -118,7 +152,8 @@ impl Store {
     }
 
     pub fn resource(&self, key: &ResourceKey) -> Option<ResourceState> {
-        self.read().resources.get(key).map(|e| e.state.clone())
+        let inner = self.read();
+        inner.resources.get(key).map(|e| inner.state(key, &e.state))
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<Workload>> {
@@ -143,7 +178,8 @@ impl Store {
     /// The stored resources in the namespaces for which `keep` holds, with their states: what
     /// a shard compares with its checkpoint.
     pub fn resources_in(&self, keep: impl Fn(&str) -> bool) -> Vec<(ResourceKey, ResourceState)> {
-        self.read().resources.iter_namespaces(keep).map(|(k, e)| (k, e.state.clone())).collect()
+        let inner = self.read();
+        inner.resources.iter_namespaces(keep).map(|(k, e)| (k.clone(), inner.state(&k, &e.state))).collect()
     }
 
     /// The load-time hashes ([`Entry::baseline`], in [`short`](crate::watch::DataHash::short)
@@ -211,12 +247,18 @@ impl Writer {
 
     fn insert_resource(&self, mut key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
         let mut inner = self.write();
+        let (state, wide) = Slim::of(state);
         if let Some(entry) = inner.resources.get_mut(&key) {
-            return Some(std::mem::replace(&mut entry.state, state));
+            let previous = std::mem::replace(&mut entry.state, state);
+            let previous_wide = inner.set_wide(&key, wide);
+            let mut previous = inner.state(&key, &previous);
+            previous.wide = previous_wide.map(Box::new);
+            return Some(previous);
         }
         key.namespace = inner.shared(&key.namespace);
         let namespace = key.namespace.clone();
         let baseline = loaded.then(|| state.hash.short().to_be_bytes());
+        inner.set_wide(&key, wide);
         inner.resources.insert(key, Entry { state, baseline });
         inner.count(&namespace, true);
         None
@@ -224,11 +266,11 @@ impl Writer {
 
     pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
         let mut inner = self.write();
-        let gone = inner.resources.remove(key).map(|e| e.state);
-        if gone.is_some() {
-            inner.count(&key.namespace, false);
-        }
-        gone
+        let gone = inner.resources.remove(key)?;
+        let mut gone = inner.state(key, &gone.state);
+        gone.wide = inner.set_wide(key, None).map(Box::new);
+        inner.count(&key.namespace, false);
+        Some(gone)
     }
 
     /// Keys of stored workloads of `kind`, optionally only in one namespace.
@@ -317,7 +359,11 @@ impl Writer {
     /// resources and workloads as they were.
     pub fn forget_namespace(&self, namespace: &str) -> (Vec<(ResourceKey, ResourceState)>, Vec<Arc<Workload>>) {
         let mut inner = self.write();
-        let resources = inner.resources.remove_namespace(namespace).into_iter().map(|(k, e)| (k, e.state)).collect();
+        let removed = inner.resources.remove_namespace(namespace);
+        let resources = removed.into_iter().map(|(k, e)| (inner.state(&k, &e.state), k)).map(|(s, k)| (k, s)).collect();
+        if !inner.wide.is_empty() {
+            inner.wide.retain(|k, _| &*k.namespace != namespace);
+        }
         let keys = keys_in(inner.workloads.keys(), |k| &*k.namespace == namespace);
         let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
         inner.refs.remove_namespace(namespace);
@@ -421,6 +467,32 @@ mod tests {
             name: "w".into(),
         });
         assert!(store.candidates(&cm("a", "new")).is_empty());
+    }
+
+    #[test]
+    fn a_wide_hash_is_kept_aside_and_travels_with_the_state() {
+        let (store, writer) = Store::new(vec![]);
+        let wide = |data: &[u8]| {
+            let map = [("k".to_string(), data.to_vec())].into();
+            Some(Box::new(WideHash::of_secret(&map)))
+        };
+        let state = |data: &[u8], wide| ResourceState {
+            hash: DataHash::of_bytes(data),
+            ignored: false,
+            search_match: false,
+            wide,
+        };
+        writer.apply_resource(cm("a", "s"), state(b"1", wide(b"1")));
+        assert_eq!(store.resource(&cm("a", "s")).and_then(|s| s.wide), wide(b"1"));
+        let previous = writer.apply_resource(cm("a", "s"), state(b"2", None)).expect("replaced");
+        assert_eq!(previous.wide, wide(b"1"), "the replaced state comes back whole");
+        assert_eq!(store.resource(&cm("a", "s")).and_then(|s| s.wide), None);
+        writer.apply_resource(cm("a", "s"), state(b"3", wide(b"3")));
+        assert_eq!(writer.delete_resource(&cm("a", "s")).and_then(|s| s.wide), wide(b"3"));
+        writer.apply_resource(cm("b", "s"), state(b"4", wide(b"4")));
+        let (resources, _) = writer.forget_namespace("b");
+        assert_eq!(resources[0].1.wide, wide(b"4"));
+        assert!(store.read().wide.is_empty(), "nothing is left aside");
     }
 
     #[test]
