@@ -4,7 +4,10 @@
 //! per-namespace series are read before, at the peak, and once the last wave is gone. What the
 //! controller keeps per namespace must go with the namespace.
 //!
-//!     loadtest churn <namespaces> <per wave>
+//!     loadtest churn <namespaces> <per wave> [rounds]
+//!
+//! With more rounds, the same process churns again: memory a leak holds grows round after
+//! round; capacity kept from the peak does not.
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +30,7 @@ const FORGET_DEADLINE: Duration = Duration::from_secs(180);
 /// How long the namespace controller may take to remove every deleted namespace.
 const NAMESPACES_GONE_DEADLINE: Duration = Duration::from_secs(3600);
 
-pub async fn churn(total: usize, per_wave: usize) -> anyhow::Result<()> {
+pub async fn churn(total: usize, per_wave: usize, rounds: usize) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
     create_home(&client).await?;
     let extra = [format!("--namespace-selector={LABEL}=1"), "--metrics-count-by-namespace".to_string()];
@@ -40,68 +43,73 @@ pub async fn churn(total: usize, per_wave: usize) -> anyhow::Result<()> {
     println!(
         "churn: {total} namespaces in waves of {per_wave}; before: RSS {rss_before:.1} MiB, {series_before} per-namespace series, {owned_before} namespaces stored"
     );
-    let started = Instant::now();
     let (mut peak_rss, mut peak_series) = (rss_before, series_before);
-    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() % 100_000;
-    for wave in 0..total.div_ceil(per_wave) {
-        let names: Vec<String> =
-            (wave * per_wave..((wave + 1) * per_wave).min(total)).map(|i| format!("churn-{run}-{i:05}")).collect();
-        futures::future::try_join_all(names.iter().map(|ns| create(&client, ns))).await?;
-        futures::future::try_join_all(names.iter().map(|ns| change_and_wait(&client, ns))).await?;
-        peak_rss = peak_rss.max(rss_mib(pid).unwrap_or(0.0));
-        peak_series = peak_series.max(series(port).await);
+    for round in 1..=rounds {
+        let started = Instant::now();
+        let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() % 100_000;
+        for wave in 0..total.div_ceil(per_wave) {
+            let names: Vec<String> =
+                (wave * per_wave..((wave + 1) * per_wave).min(total)).map(|i| format!("churn-{run}-{i:05}")).collect();
+            futures::future::try_join_all(names.iter().map(|ns| create(&client, ns))).await?;
+            futures::future::try_join_all(names.iter().map(|ns| change_and_wait(&client, ns))).await?;
+            peak_rss = peak_rss.max(rss_mib(pid).unwrap_or(0.0));
+            peak_series = peak_series.max(series(port).await);
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            for ns in &names {
+                namespaces.delete(ns, &DeleteParams::background()).await?;
+            }
+            if wave % 10 == 9 {
+                println!(
+                    "  {} namespaces churned in {:.0?}: RSS {:.1} MiB, {} series, {} namespaces stored",
+                    (wave + 1) * per_wave,
+                    started.elapsed(),
+                    rss_mib(pid).unwrap_or(0.0),
+                    series(port).await,
+                    owned(port).await
+                );
+            }
+        }
+        println!(
+            "all {total} changed once and deleted in {:.0?}; waiting for the deletions to land",
+            started.elapsed()
+        );
+        // The namespace controller empties and removes them (minutes at thousands, on 2 cores): a
+        // namespace still terminating is still there, and still stored. Forgetting is timed from
+        // when the last one is gone.
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        for ns in &names {
-            namespaces.delete(ns, &DeleteParams::background()).await?;
+        let selector = ListParams::default().labels(&format!("{LABEL}=1"));
+        let gone_deadline = Instant::now() + NAMESPACES_GONE_DEADLINE;
+        loop {
+            let left = namespaces.list_metadata(&selector).await?.items.len();
+            if left == 0 {
+                break;
+            }
+            if Instant::now() > gone_deadline {
+                bail!("after {NAMESPACES_GONE_DEADLINE:?}: {left} namespaces still terminating in the API server");
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
         }
-        if wave % 10 == 9 {
-            println!(
-                "  {} namespaces churned in {:.0?}: RSS {:.1} MiB, {} series, {} namespaces stored",
-                (wave + 1) * per_wave,
-                started.elapsed(),
-                rss_mib(pid).unwrap_or(0.0),
-                series(port).await,
-                owned(port).await
-            );
-        }
-    }
-    println!("all {total} changed once and deleted in {:.0?}; waiting for the deletions to land", started.elapsed());
-    // The namespace controller empties and removes them (minutes at thousands, on 2 cores): a
-    // namespace still terminating is still there, and still stored. Forgetting is timed from
-    // when the last one is gone.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let selector = ListParams::default().labels(&format!("{LABEL}=1"));
-    let gone_deadline = Instant::now() + NAMESPACES_GONE_DEADLINE;
-    loop {
-        let left = namespaces.list_metadata(&selector).await?.items.len();
-        if left == 0 {
-            break;
-        }
-        if Instant::now() > gone_deadline {
-            bail!("after {NAMESPACES_GONE_DEADLINE:?}: {left} namespaces still terminating in the API server");
+        println!("the API server removed them all {:.0?} after the start", started.elapsed());
+        let deadline = Instant::now() + FORGET_DEADLINE;
+        while owned(port).await > owned_before || series(port).await > series_before {
+            if Instant::now() > deadline {
+                bail!(
+                    "after {FORGET_DEADLINE:?}: {} namespaces stored (before: {owned_before}), {} series (before: {series_before})",
+                    owned(port).await,
+                    series(port).await
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
+        let (rss_after, series_after) = (rss_mib(pid).unwrap_or(0.0), series(port).await);
+        println!(
+            "after round {round}: RSS {rss_after:.1} MiB ({:+.1} MiB against before; peak {peak_rss:.1} MiB), {series_after} per-namespace series (before {series_before}, peak {peak_series}), {} namespaces stored, {} reloads",
+            rss_after - rss_before,
+            owned(port).await,
+            metric(port, "reloader_reload_executed_total{success=\"true\"}").await
+        );
     }
-    println!("the API server removed them all {:.0?} after the start", started.elapsed());
-    let deadline = Instant::now() + FORGET_DEADLINE;
-    while owned(port).await > owned_before || series(port).await > series_before {
-        if Instant::now() > deadline {
-            bail!(
-                "after {FORGET_DEADLINE:?}: {} namespaces stored (before: {owned_before}), {} series (before: {series_before})",
-                owned(port).await,
-                series(port).await
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let (rss_after, series_after) = (rss_mib(pid).unwrap_or(0.0), series(port).await);
-    println!(
-        "after: RSS {rss_after:.1} MiB ({:+.1} MiB against before; peak {peak_rss:.1} MiB), {series_after} per-namespace series (before {series_before}, peak {peak_series}), {} namespaces stored, {} reloads",
-        rss_after - rss_before,
-        owned(port).await,
-        metric(port, "reloader_reload_executed_total{success=\"true\"}").await
-    );
     if let Some(pid) = child.id() {
         let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
     }

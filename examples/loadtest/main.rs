@@ -76,10 +76,11 @@ async fn main() -> anyhow::Result<()> {
         return soak(namespaces, minutes).await;
     }
     if args.get(1).map(String::as_str) == Some("churn") {
-        let usage = "usage: loadtest churn <namespaces> <per wave>";
+        let usage = "usage: loadtest churn <namespaces> <per wave> [rounds]";
         let total: usize = args.get(2).context(usage)?.parse()?;
         let per_wave: usize = args.get(3).context(usage)?.parse()?;
-        return churn::churn(total, per_wave).await;
+        let rounds: usize = args.get(4).map_or(Ok(1), |r| r.parse())?;
+        return churn::churn(total, per_wave, rounds).await;
     }
     if args.get(1).map(String::as_str) == Some("fanout") {
         let usage = "usage: loadtest fanout <deployments> <updates> <replicas> [reloader args...]";
