@@ -404,19 +404,7 @@ impl Engine {
             self.record_acted(key, change.observed.as_ref().map(short));
             return Prepared::Finished(Outcome::Skipped);
         }
-        let (target, state) = match &current {
-            Some(state) => (Target::Hash(state.hashes()), state.clone()),
-            // A deleted resource is matched as if it had no annotations of its own.
-            None => (
-                Target::Deleted,
-                ResourceState {
-                    hash: crate::watch::DataHash::of_bytes(b""),
-                    ignored: false,
-                    search_match: false,
-                    wide: None,
-                },
-            ),
-        };
+        let (target, state) = target_of_state(current.clone());
 
         if self.config.webhook.is_some() {
             // Webhook-only mode: POST the change if it would reload anything. It counts as
@@ -679,6 +667,23 @@ enum WriteResult {
     Written,
     NotNeeded,
     Failed,
+}
+
+/// What a workload is to record for a resource in `current` state, and the state the rules
+/// match: a deleted resource is matched as if it had no annotations of its own.
+fn target_of_state(current: Option<ResourceState>) -> (Target, ResourceState) {
+    match current {
+        Some(state) => (Target::Hash(state.hashes()), state),
+        None => (
+            Target::Deleted,
+            ResourceState {
+                hash: crate::watch::DataHash::of_bytes(b""),
+                ignored: false,
+                search_match: false,
+                wide: None,
+            },
+        ),
+    }
 }
 
 /// Wall-clock Unix seconds, as `last-reloaded-from` records them.

@@ -42,13 +42,9 @@ impl Snapshot<'_> {
     pub async fn load(&self, client: &Client, writer: &Writer) -> Result<BTreeSet<ResourceKey>, ListError> {
         let ns = self.namespace;
         let params = ListParams::default();
-        let refused = |what: &str| {
-            let (what, namespace) = (what.to_string(), ns.to_string());
-            move |source| ListError { what, namespace, source }
-        };
         for kind in self.kinds {
             let api: Api<SlimRaw> = Api::namespaced_with(client.clone(), ns, &kind.api_resource());
-            for object in api.list(&params).await.map_err(refused(kind.spec().plural))?.items {
+            for object in api.list(&params).await.map_err(self.refused(kind.spec().plural))?.items {
                 if let Some(workload) = self.compactor.compact_raw(*kind, &object) {
                     writer.apply_workload(workload);
                 }
@@ -65,7 +61,7 @@ impl Snapshot<'_> {
         };
         if self.resources.contains(&ResourceKind::ConfigMap) {
             let api: Api<SlimConfigMap> = Api::namespaced(client.clone(), ns);
-            for cm in api.list(&params).await.map_err(refused("ConfigMaps"))?.items {
+            for cm in api.list(&params).await.map_err(self.refused("ConfigMaps"))?.items {
                 if Compactor::is_internal(&cm) {
                     continue;
                 }
@@ -79,7 +75,7 @@ impl Snapshot<'_> {
         }
         if self.resources.contains(&ResourceKind::Secret) {
             let api: Api<SlimSecret> = Api::namespaced(client.clone(), ns);
-            for secret in api.list(&params).await.map_err(refused("Secrets"))?.items {
+            for secret in api.list(&params).await.map_err(self.refused("Secrets"))?.items {
                 let key = key(ResourceKind::Secret, &secret.metadata.name);
                 if selected(&secret.metadata.labels) {
                     writer.apply_resource(key, self.compactor.secret(&secret));
@@ -94,25 +90,27 @@ impl Snapshot<'_> {
         Ok(left_out)
     }
 
+    /// The error of a list of `what` in this namespace.
+    fn refused(&self, what: &str) -> impl FnOnce(kube::Error) -> ListError {
+        let (what, namespace) = (what.to_string(), self.namespace.to_string());
+        move |source| ListError { what, namespace, source }
+    }
+
     /// The classes, then their pod statuses folded as the watches fold them, the newest report
     /// first (it gives the class its state). The label selector does not apply: the driver
     /// labels nothing.
     async fn load_csi(&self, client: &Client, writer: &Writer) -> Result<(), ListError> {
         let ns = self.namespace;
         let params = ListParams::default();
-        let refused = |what: &str| {
-            let (what, namespace) = (what.to_string(), ns.to_string());
-            move |source| ListError { what, namespace, source }
-        };
         let mut csi = CsiState::default();
         let classes: Api<SlimSecretProviderClass> = Api::namespaced(client.clone(), ns);
-        for class in classes.list(&params).await.map_err(refused("SecretProviderClasses"))?.items {
+        for class in classes.list(&params).await.map_err(self.refused("SecretProviderClasses"))?.items {
             let Some(name) = class.metadata.name.clone() else { continue };
             let flags = self.compactor.secret_provider_class(&class, crate::watch::DataHash::of_bytes(b""));
             csi.apply_class(writer, ns.into(), name.into(), flags.ignored, flags.search_match);
         }
         let statuses: Api<SlimSpcPodStatus> = Api::namespaced(client.clone(), ns);
-        let mut statuses = statuses.list(&params).await.map_err(refused("SecretProviderClassPodStatuses"))?.items;
+        let mut statuses = statuses.list(&params).await.map_err(self.refused("SecretProviderClassPodStatuses"))?.items;
         let version = |s: &SlimSpcPodStatus| s.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok());
         statuses.sort_by_key(|s| std::cmp::Reverse(version(s)));
         for status in &statuses {

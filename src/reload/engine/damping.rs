@@ -98,8 +98,10 @@ impl Damping {
 
     /// Whether `resource` is damped now, without counting a change.
     pub(super) fn verdict(&self, resource: &ResourceKey) -> Verdict {
-        match (self.config, self.damped.get(resource)) {
-            (Some(config), Some(_)) => Verdict::Damped { window: config.window, began: false },
+        match self.config {
+            Some(config) if self.damped.get(resource).is_some() => {
+                Verdict::Damped { window: config.window, began: false }
+            }
             _ => Verdict::Free,
         }
     }

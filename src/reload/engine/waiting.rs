@@ -10,12 +10,12 @@ use tracing::{debug, warn};
 
 use super::Engine;
 use super::pipeline::{PlannedWrite, Purpose};
-use super::{WriteResult, unix_now};
+use super::{WriteResult, target_of_state, unix_now};
 use crate::reload::checkpoint::short;
 use crate::reload::duration::{COALESCE_WINDOW_MAX, parse_go_duration};
-use crate::reload::strategy::{self, Item, Target};
+use crate::reload::strategy::{self, Item};
 use crate::reload::{COALESCE_WINDOW, Problem};
-use crate::watch::{ResourceKey, ResourceKind, ResourceState, Workload, WorkloadKey};
+use crate::watch::{ResourceKey, ResourceKind, Workload, WorkloadKey};
 
 impl Engine {
     /// Say once per damping episode, on each workload it holds back, that a resource is damped.
@@ -71,19 +71,12 @@ impl Engine {
         let mut plan = Vec::new();
         let mut sources = Vec::new();
         for resource in &items {
-            let (target, state) = match self.store.resource(resource) {
-                Some(state) => (Target::Hash(state.hashes()), state),
-                None if self.config.reload_on_delete && resource.kind != ResourceKind::SecretProviderClass => (
-                    Target::Deleted,
-                    ResourceState {
-                        hash: crate::watch::DataHash::of_bytes(b""),
-                        ignored: false,
-                        search_match: false,
-                        wide: None,
-                    },
-                ),
-                None => continue,
-            };
+            let current = self.store.resource(resource);
+            let deletion_reloads = self.config.reload_on_delete && resource.kind != ResourceKind::SecretProviderClass;
+            if current.is_none() && !deletion_reloads {
+                continue;
+            }
+            let (target, state) = target_of_state(current);
             let Some(container) = self.target_of(resource, &state, &workload) else { continue };
             plan.push(Item { kind: resource.kind, name: resource.name.to_string(), container, target });
             sources.push((resource.clone(), state.hash));
