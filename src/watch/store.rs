@@ -179,7 +179,14 @@ impl Store {
     /// a shard compares with its checkpoint.
     pub fn resources_in(&self, keep: impl Fn(&str) -> bool) -> Vec<(ResourceKey, ResourceState)> {
         let inner = self.read();
-        inner.resources.iter_namespaces(keep).map(|(k, e)| (k.clone(), inner.state(&k, &e.state))).collect()
+        inner
+            .resources
+            .iter_namespaces(keep)
+            .map(|(k, e)| {
+                let state = inner.state(&k, &e.state);
+                (k, state)
+            })
+            .collect()
     }
 
     /// The load-time hashes ([`Entry::baseline`], in [`short`](crate::watch::DataHash::short)
@@ -360,7 +367,13 @@ impl Writer {
     pub fn forget_namespace(&self, namespace: &str) -> (Vec<(ResourceKey, ResourceState)>, Vec<Arc<Workload>>) {
         let mut inner = self.write();
         let removed = inner.resources.remove_namespace(namespace);
-        let resources = removed.into_iter().map(|(k, e)| (inner.state(&k, &e.state), k)).map(|(s, k)| (k, s)).collect();
+        let resources = removed
+            .into_iter()
+            .map(|(k, e)| {
+                let state = inner.state(&k, &e.state);
+                (k, state)
+            })
+            .collect();
         if !inner.wide.is_empty() {
             inner.wide.retain(|k, _| &*k.namespace != namespace);
         }
