@@ -93,6 +93,10 @@ pub struct WatchFlags {
     /// Resource kinds not to watch: configmaps or secrets (not both).
     #[arg(long, env = "RESOURCES_TO_IGNORE", value_parser = csv_list, global = true)]
     pub resources_to_ignore: Vec<String>,
+    /// A YAML file declaring custom resources to roll like Deployments: per kind its
+    /// apiVersion, plural and the path of its pod template (docs/custom-kinds.md).
+    #[arg(long, env = "CUSTOM_KINDS_FILE", global = true)]
+    pub custom_kinds_file: Option<String>,
     /// Workload kinds never reloaded: jobs, cronjobs (v2 also accepts deployments, ...).
     #[arg(long, env = "IGNORED_WORKLOAD_TYPES", value_parser = csv_list, global = true)]
     pub ignored_workload_types: Vec<String>,

@@ -192,10 +192,14 @@ impl Args {
             bail!("--resources-to-ignore cannot ignore both configmaps and secrets: nothing would be watched");
         }
         let mut workload_kinds = WorkloadKind::ALL.to_vec();
+        if let Some(path) = &flags.custom_kinds_file {
+            let declared = crate::watch::custom_kinds::declare_file(path).context("invalid --custom-kinds-file")?;
+            workload_kinds.extend(declared);
+        }
         for name in csv_items(&flags.ignored_workload_types).iter().map(|k| k.trim()).filter(|k| !k.is_empty()) {
             let Some(kind) = WorkloadKind::from_type_name(name) else {
                 bail!(
-                    "invalid --ignored-workload-types value {name:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts or deploymentconfigs"
+                    "invalid --ignored-workload-types value {name:?}: expected jobs, cronjobs, deployments, daemonsets, statefulsets, rollouts, deploymentconfigs or a kind of --custom-kinds-file"
                 );
             };
             workload_kinds.retain(|k| *k != kind);

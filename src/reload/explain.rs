@@ -70,7 +70,7 @@ impl Subject {
         short.or_else(|| WorkloadKind::from_type_name(&lower).map(Subject::Workload)).ok_or_else(|| {
             format!(
                 "unknown kind {kind:?}: expected a workload (deployment, daemonset, statefulset, cronjob, job, rollout, \
-                 deploymentconfig) or a resource (configmap, secret, secretproviderclass)"
+                 deploymentconfig, a kind of --custom-kinds-file) or a resource (configmap, secret, secretproviderclass)"
             )
         })
     }
@@ -370,6 +370,10 @@ fn kind_off(kind: WorkloadKind) -> &'static str {
         }
         WorkloadKind::DeploymentConfig => {
             "needs --is-openshift and the apps.openshift.io API, or --ignored-workload-types lists it"
+        }
+        WorkloadKind::Custom(_) => {
+            "the API server does not serve it or this service account may not watch it, or --ignored-workload-types \
+             lists it"
         }
         _ => "--ignored-workload-types lists it",
     }

@@ -5,7 +5,8 @@
 //! ```text
 //!  strategic patch ─▶ StrategicPatch: PATCH it (Deployment, DaemonSet, StatefulSet)
 //!                  ─▶ MergePatch:     apply it to the stored containers, merge-PATCH with the
-//!                                     resourceVersion as precondition (+ restartAt) (Rollout, DC)
+//!                                     resourceVersion as precondition (+ restartAt) (Rollout, DC,
+//!                                     declared kinds, at their own paths)
 //!                  ─▶ CreateJob:      apply it to the job template, POST a Job named after the
 //!                                     change, then record the hash on the CronJob's metadata;
 //!                                     with `cronjob-reload-strategy: patch`, PATCH it into the
@@ -114,18 +115,23 @@ impl Writes {
             let result = timed(api.patch(&workload.key.name, &params(), &Patch::Merge(&body))).await;
             return gone_is_none(result.map(|updated| self.compactor.compact_raw(workload.key.kind, &updated)));
         }
+        // The strategy writes a Deployment's places; the kind's row says where they are here.
+        let spec = workload.key.kind.spec();
         if let Some(annotations) = patch.pointer("/spec/template/metadata/annotations") {
-            body["spec"]["template"]["metadata"]["annotations"] = annotations.clone();
+            spec.pod.metadata_mut(&mut body["spec"])["annotations"] = annotations.clone();
         }
         if let Some(containers) = patch.pointer("/spec/template/spec/containers") {
             let mut current = stored_raw(workload)?;
             apply_strategic(&mut current, containers);
-            body["spec"]["template"]["spec"]["containers"] = current;
+            spec.pod.spec_mut(&mut body["spec"])["containers"] = current;
         }
         if workload.key.kind == WorkloadKind::Rollout
             && workload.annotations.get(ROLLOUT_STRATEGY).is_some_and(|s| s == "restart")
         {
             body["spec"]["restartAt"] = json!(next_restart(None, now).to_string());
+        }
+        if let Some(field) = spec.restart_field_mut(&mut body["spec"]) {
+            *field = json!(next_restart(None, now).to_string());
         }
         let api = self.raw_api(&workload.key);
         let result = timed(api.patch(&workload.key.name, &params(), &Patch::Merge(&body))).await;

@@ -118,6 +118,7 @@ async fn served_kinds(client: &Client, settings: &WatchSettings) -> Vec<Workload
                 let openshift = settings.openshift.as_str();
                 (openshift != "false", (openshift == "true").then_some("--is-openshift=true"))
             }
+            WorkloadKind::Custom(_) => (true, Some("--custom-kinds-file")),
             // Built-in kinds are always served: no discovery (a failed call must not drop them).
             _ => {
                 out.push(kind);

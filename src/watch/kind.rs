@@ -11,11 +11,18 @@
 //!  Job              batch/v1 jobs               template                    delete and create again
 //!  Rollout          argoproj.io/v1alpha1        template                    merge patch (+ restartAt)
 //!  DeploymentConfig apps.openshift.io/v1        template                    merge patch
+//!  (declared)       --custom-kinds-file         a path, or metadata + spec  merge patch (+ a restart field)
 //! ```
 //! Metadata annotations are read from each object's own `metadata` (for a CronJob: the
-//! CronJob's, not the job template's), as Reloader does.
+//! CronJob's, not the job template's), as Reloader does. Rows past the seventh are declared
+//! by the operator at start-up ([`custom`]): any custom resource with a pod template.
+
+use std::sync::OnceLock;
 
 use kube::discovery::ApiResource;
+use serde_json::Value;
+
+pub mod custom;
 
 /// The workload kinds the engine can roll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,6 +34,8 @@ pub enum WorkloadKind {
     Job,
     Rollout,
     DeploymentConfig,
+    /// A kind declared in `--custom-kinds-file`: its row is the n-th declared one.
+    Custom(u8),
 }
 
 /// How a reload is written for a kind.
@@ -45,19 +54,89 @@ pub enum WriteMethod {
 }
 
 /// One row of the table.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindSpec {
     /// The Kubernetes kind, as in metric labels, Events and `last-reloaded-from`.
     pub kind: &'static str,
     pub group: &'static str,
     pub version: &'static str,
     pub plural: &'static str,
-    /// Path of the pod template under `spec`.
-    pub template: &'static [&'static str],
+    /// Where the pod's metadata and spec live.
+    pub pod: PodPlace,
     pub write: WriteMethod,
     /// What a reload writes on the object's own metadata besides the template: only the
     /// CronJob, whose template is never changed, records the hash there alone.
     pub records_in_metadata: bool,
+    /// A field under `spec` set to the time of each reload, for operators that restart their
+    /// pods on it (as Argo's `restartAt`); declared kinds only.
+    pub restart_field: Option<&'static [&'static str]>,
+}
+
+impl KindSpec {
+    /// The place of the declared restart field in a patch's `spec`, made on the way.
+    pub fn restart_field_mut<'a>(&self, spec: &'a mut Value) -> Option<&'a mut Value> {
+        self.restart_field.map(|path| at_mut(spec, path))
+    }
+}
+
+/// Paths under an object's `spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPlace {
+    /// A pod template: `metadata` and `spec` below this path.
+    Template(&'static [&'static str]),
+    /// An operator's own layout (VictoriaMetrics' `podMetadata` beside `containers` and
+    /// `volumes`): the pod's metadata at one path, its spec (containers, volumes) at another.
+    Split { metadata: &'static [&'static str], spec: &'static [&'static str] },
+}
+
+impl PodPlace {
+    /// The pod's metadata in an object's `spec` (Null when absent).
+    pub fn metadata<'a>(&self, spec: &'a Value) -> &'a Value {
+        match self {
+            PodPlace::Template(path) => &at(spec, path)["metadata"],
+            PodPlace::Split { metadata, .. } => at(spec, metadata),
+        }
+    }
+
+    /// The pod's spec in an object's `spec` (Null when absent).
+    pub fn spec<'a>(&self, spec: &'a Value) -> &'a Value {
+        match self {
+            PodPlace::Template(path) => &at(spec, path)["spec"],
+            PodPlace::Split { spec: path, .. } => at(spec, path),
+        }
+    }
+
+    /// The place of the pod's metadata in a patch's `spec`, made on the way.
+    pub fn metadata_mut<'a>(&self, spec: &'a mut Value) -> &'a mut Value {
+        match self {
+            PodPlace::Template(path) => &mut at_mut(spec, path)["metadata"],
+            PodPlace::Split { metadata, .. } => at_mut(spec, metadata),
+        }
+    }
+
+    /// The place of the pod's spec in a patch's `spec`, made on the way.
+    pub fn spec_mut<'a>(&self, spec: &'a mut Value) -> &'a mut Value {
+        match self {
+            PodPlace::Template(path) => &mut at_mut(spec, path)["spec"],
+            PodPlace::Split { spec: path, .. } => at_mut(spec, path),
+        }
+    }
+}
+
+/// The value at `path` below `value`; Null when a step is missing or not an object.
+fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter().fold(value, |v, step| &v[*step])
+}
+
+/// The place at `path` below `value`, objects made on the way; a step that is not an object
+/// (never in a patch built from `{}`) is replaced by one rather than panic.
+fn at_mut<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Value {
+    path.iter().fold(value, |v, step| {
+        if !v.is_object() {
+            *v = Value::Object(Default::default());
+        }
+        &mut v[*step]
+    })
 }
 
 const TABLE: [KindSpec; 7] = [
@@ -66,63 +145,70 @@ const TABLE: [KindSpec; 7] = [
         group: "apps",
         version: "v1",
         plural: "deployments",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::StrategicPatch,
         records_in_metadata: false,
+        restart_field: None,
     },
     KindSpec {
         kind: "DaemonSet",
         group: "apps",
         version: "v1",
         plural: "daemonsets",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::StrategicPatch,
         records_in_metadata: false,
+        restart_field: None,
     },
     KindSpec {
         kind: "StatefulSet",
         group: "apps",
         version: "v1",
         plural: "statefulsets",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::StrategicPatch,
         records_in_metadata: false,
+        restart_field: None,
     },
     KindSpec {
         kind: "CronJob",
         group: "batch",
         version: "v1",
         plural: "cronjobs",
-        template: &["jobTemplate", "spec", "template"],
+        pod: PodPlace::Template(&["jobTemplate", "spec", "template"]),
         write: WriteMethod::CreateJob,
         records_in_metadata: true,
+        restart_field: None,
     },
     KindSpec {
         kind: "Job",
         group: "batch",
         version: "v1",
         plural: "jobs",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::Recreate,
         records_in_metadata: false,
+        restart_field: None,
     },
     KindSpec {
         kind: "Rollout",
         group: "argoproj.io",
         version: "v1alpha1",
         plural: "rollouts",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::MergePatch,
         records_in_metadata: false,
+        restart_field: None,
     },
     KindSpec {
         kind: "DeploymentConfig",
         group: "apps.openshift.io",
         version: "v1",
         plural: "deploymentconfigs",
-        template: &["template"],
+        pod: PodPlace::Template(&["template"]),
         write: WriteMethod::MergePatch,
         records_in_metadata: false,
+        restart_field: None,
     },
 ];
 
@@ -139,7 +225,29 @@ impl WorkloadKind {
 
     /// This kind's row of the table.
     pub fn spec(self) -> &'static KindSpec {
-        &TABLE[self as usize]
+        let builtin = |row: usize| &TABLE[row];
+        match self {
+            WorkloadKind::Deployment => builtin(0),
+            WorkloadKind::DaemonSet => builtin(1),
+            WorkloadKind::StatefulSet => builtin(2),
+            WorkloadKind::CronJob => builtin(3),
+            WorkloadKind::Job => builtin(4),
+            WorkloadKind::Rollout => builtin(5),
+            WorkloadKind::DeploymentConfig => builtin(6),
+            // Only `custom::declare` makes a `Custom(n)`, for a row it has stored.
+            WorkloadKind::Custom(n) => &declared()[usize::from(n)],
+        }
+    }
+
+    /// Every kind: the built-in ones, then those declared in `--custom-kinds-file`.
+    pub fn all() -> impl Iterator<Item = WorkloadKind> {
+        let declared = declared().len().min(usize::from(u8::MAX));
+        WorkloadKind::ALL.into_iter().chain((0..declared).map(|n| WorkloadKind::Custom(n as u8)))
+    }
+
+    /// Whether the operator declared this kind (not one Reloader knows).
+    pub fn is_declared(self) -> bool {
+        matches!(self, WorkloadKind::Custom(_))
     }
 
     /// The Kubernetes kind, as in metric labels (`reloader_action_total{workload_kind}`).
@@ -165,13 +273,29 @@ impl WorkloadKind {
         }
     }
 
-    /// The kind named by an `--ignored-workload-types` entry (`jobs`, `CronJob`, ...).
+    /// The kind named by an `--ignored-workload-types` entry (`jobs`, `CronJob`, ...); a
+    /// declared kind also by its plural and as `plural.group` (`vmagents.operator.victoriametrics.com`).
     pub fn from_type_name(name: &str) -> Option<WorkloadKind> {
-        let singular = name.trim().to_ascii_lowercase();
-        let singular = singular.strip_suffix('s').unwrap_or(&singular);
-        WorkloadKind::ALL.into_iter().find(|k| k.kind().eq_ignore_ascii_case(singular))
+        let lower = name.trim().to_ascii_lowercase();
+        let singular = lower.strip_suffix('s').unwrap_or(&lower);
+        WorkloadKind::all().find(|k| {
+            let spec = k.spec();
+            k.kind().eq_ignore_ascii_case(singular)
+                || (k.is_declared()
+                    && (spec.plural == lower
+                        || format!("{}.{}", spec.plural, spec.group) == lower
+                        || format!("{}.{}", spec.kind.to_ascii_lowercase(), spec.group) == lower))
+        })
     }
 }
+
+/// The declared rows (none until `custom::declare` stores them).
+fn declared() -> &'static [KindSpec] {
+    DECLARED.get().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Set once at start-up from `--custom-kinds-file`; a process declares one set of kinds.
+static DECLARED: OnceLock<Vec<KindSpec>> = OnceLock::new();
 
 #[cfg(test)]
 mod tests {
@@ -180,7 +304,7 @@ mod tests {
     #[test]
     fn the_table_is_in_enum_order() {
         for kind in WorkloadKind::ALL {
-            assert_eq!(kind.spec().kind, format!("{kind:?}"), "row {} is out of order", kind as usize);
+            assert_eq!(kind.spec().kind, format!("{kind:?}"), "a row is out of order");
         }
     }
 

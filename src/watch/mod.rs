@@ -17,7 +17,7 @@ mod watcher;
 mod wire;
 
 pub use hash::{DataHash, HashForm, Hashes, WideHash};
-pub use kind::{KindSpec, WorkloadKind, WriteMethod};
+pub use kind::{KindSpec, PodPlace, WorkloadKind, WriteMethod, custom as custom_kinds};
 pub use metrics::Metrics;
 pub use object::{
     Annotations, Cause, Change, Container, PodTemplate, Reference, ResourceKey, ResourceKind, ResourceState, Stored,

@@ -211,6 +211,18 @@ macro_rules! slim_workload {
     };
 }
 
+/// A part of a raw object's pod (its metadata or spec); one that does not parse is logged and
+/// read as empty: such an object can never reload, and the watch goes on.
+fn read_part<T: serde::de::DeserializeOwned + Default>(kind: WorkloadKind, object: &SlimRaw, part: &Value) -> T {
+    if part.is_null() {
+        return T::default();
+    }
+    T::deserialize(part).unwrap_or_else(|err| {
+        warn!(kind = kind.kind(), name = ?object.metadata.name, error = %err, "ignoring an unreadable pod template");
+        T::default()
+    })
+}
+
 /// `kubectl rollout status`'s rule: the controller saw the latest spec, and every replica is
 /// updated and available (old ones gone).
 fn rollout_complete(kind: WorkloadKind, generation: Option<i64>, spec: &TemplateSpec, status: &WireStatus) -> bool {
@@ -486,14 +498,11 @@ impl Compactor {
     /// or name. A pod template that does not parse is logged and stored empty (such an object
     /// can never reload, and the watch goes on).
     pub fn compact_raw(&self, kind: WorkloadKind, object: &SlimRaw) -> Option<Workload> {
-        let template_json = kind.spec().template.iter().fold(&object.spec, |v, step| &v[*step]);
-        let template = if template_json.is_null() {
-            WirePodTemplate::default()
-        } else {
-            WirePodTemplate::deserialize(template_json).unwrap_or_else(|err| {
-                warn!(kind = kind.kind(), name = ?object.metadata.name, error = %err, "ignoring an unreadable pod template");
-                WirePodTemplate::default()
-            })
+        let place = kind.spec().pod;
+        let pod_spec = place.spec(&object.spec);
+        let template = WirePodTemplate {
+            metadata: read_part(kind, object, place.metadata(&object.spec)),
+            spec: read_part(kind, object, pod_spec),
         };
         let mut workload = self.workload(kind, &object.metadata, &template)?;
         // An Argo Rollout that runs a Deployment's pod template (`spec.workloadRef`).
@@ -520,7 +529,7 @@ impl Compactor {
                         "spec": object.spec
                     })
                 }
-                WriteMethod::MergePatch => template_json["spec"]["containers"].clone(),
+                WriteMethod::MergePatch => pod_spec["containers"].clone(),
                 WriteMethod::StrategicPatch => Value::Null,
             };
             workload.raw = (!raw.is_null()).then(|| Arc::from(raw.to_string()));

@@ -1,7 +1,8 @@
 //! CustomResourceDefinitions of the custom kinds the controller rolls, installed into the local
-//! control plane: Argo Rollouts' and the Secrets Store CSI driver's come from their projects'
-//! Go modules (`hack/cluster up` copies them to `.cluster/crds/`), OpenShift's DeploymentConfig
-//! is written by hand (`tests/crds/`).
+//! control plane: Argo Rollouts', the Secrets Store CSI driver's, Knative Serving's and the
+//! VictoriaMetrics operator's come from their projects' Go modules (`hack/cluster up` copies
+//! them to `.cluster/crds/`); OpenShift's DeploymentConfig and a made-up `Worker` are written
+//! by hand (`tests/crds/`).
 
 use std::path::PathBuf;
 
@@ -18,6 +19,12 @@ pub const SECRETS_STORE: [&str; 2] = [
     "secrets-store.csi.x-k8s.io_secretproviderclasses.yaml",
     "secrets-store.csi.x-k8s.io_secretproviderclasspodstatuses.yaml",
 ];
+/// Knative Serving's `Service` and VictoriaMetrics' `VMAgent` CRD files in `.cluster/crds/`:
+/// two operators' kinds declared with `--custom-kinds-file`.
+pub const KNATIVE_SERVICE: &str = "knative-service-crd.yaml";
+pub const VMAGENT: &str = "vmagent-crd.yaml";
+/// A made-up kind with a restart field, written for the tests.
+pub const WORKER: &str = include_str!("../crds/worker.yaml");
 /// The DeploymentConfig CRD, written for the tests.
 pub const DEPLOYMENT_CONFIG: &str = include_str!("../crds/deploymentconfig.yaml");
 

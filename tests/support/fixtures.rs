@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{LAST_RELOADED_FROM, env_var_name};
-use reloader_fleet::watch::{DataHash, ResourceKind};
+use reloader_fleet::watch::{DataHash, PodPlace, ResourceKind};
 use serde_json::{Value, json};
 
 /// The workload kinds, as the controller's own table has them.
@@ -28,7 +28,10 @@ impl KindExt for Kind {
     }
 
     fn template_pointer(self) -> String {
-        format!("/spec/{}", self.spec().template.join("/"))
+        match self.spec().pod {
+            PodPlace::Template(path) => format!("/spec/{}", path.join("/")),
+            PodPlace::Split { .. } => panic!("{} has no pod template", self.kind()),
+        }
     }
 }
 
@@ -119,6 +122,7 @@ impl Workload {
                 "suspend": self.suspended,
                 "jobTemplate": { "metadata": { "labels": labels }, "spec": { "backoffLimit": 0, "template": template } }
             }),
+            Kind::Custom(_) => json!({ "template": template }),
         };
         let kind = self.kind;
         json!({
