@@ -203,6 +203,8 @@ async fn declared_custom_resources_roll_with_both_strategies_at_their_own_paths(
                 ["app-config", "db"],
                 "explain finds the references at the declared paths: {report:#}"
             );
+            let writes = report["pairs"][0]["writes"].as_str().unwrap_or_default();
+            assert!(writes.contains("at spec.podMetadata and spec (--custom-kinds-file)"), "{report:#}");
 
             // One change at a time: the annotations strategy records the last one only.
             patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;

@@ -14,6 +14,8 @@
 //!  invalid-pattern         a .../reload list entry that is no regular expression
 //!  invalid-duration        a pause period or coalesce window that is no duration, or too long
 //!  unknown-value           a rollout or CronJob reload strategy Reloader does not know
+//!  empty-pod               auto or search on a declared kind with no container or volume at
+//!                          its declared pod place (a wrong path in --custom-kinds-file)
 //! ```
 
 use crate::reload::duration::{COALESCE_WINDOW_MAX, PAUSE_PERIOD_MAX, parse_go_duration, shown};
@@ -178,9 +180,37 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
             });
         }
     }
+    out.extend(empty_declared_pod(keys, workload));
     out.sort();
     out.dedup();
     out
+}
+
+/// Auto or search on a kind of `--custom-kinds-file` that finds no container or volume where the
+/// file says its pod is: they can find nothing to reload for (a wrong path, or an operator that
+/// makes the containers itself, where only named resources work).
+fn empty_declared_pod(keys: &Keys, workload: &Workload) -> Option<Finding> {
+    let template = &workload.template;
+    if !workload.key.kind.is_declared()
+        || !(template.containers.is_empty() && template.init_containers.is_empty() && template.volumes.is_empty())
+    {
+        return None;
+    }
+    let on = |key: &String| workload.annotations.get(key).is_some_and(|v| parse_go_bool(v) == Some(true));
+    let key = [&keys.auto, &keys.configmap_auto, &keys.secret_auto, &keys.search].into_iter().find(|k| on(k))?;
+    let kind = workload.key.kind.spec();
+    Some(Finding {
+        code: "empty-pod",
+        annotation: key.clone(),
+        message: format!(
+            "{key:?} finds nothing to reload for: this {} has no container or volume at {}, where --custom-kinds-file \
+             says its pod is; check that path, or name the resources in {:?} / {:?}",
+            kind.kind,
+            kind.pod.describe(),
+            keys.configmap_reload,
+            keys.secret_reload
+        ),
+    })
 }
 
 /// Findings on a ConfigMap, Secret or SecretProviderClass from its annotations.

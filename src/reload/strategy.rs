@@ -220,6 +220,12 @@ pub fn record_place(
             format!("{place}, in the CronJob's job template (cronjob-reload-strategy: patch; no Job now)")
         }
         crate::watch::WorkloadKind::CronJob => format!("{place}, in a Job created now from the job template"),
+        kind if kind.is_declared() => {
+            let spec = kind.spec();
+            let restart =
+                spec.restart_field.map(|f| format!(" and spec.{} set to now", f.join("."))).unwrap_or_default();
+            format!("{place}, at {} (--custom-kinds-file){restart}", spec.pod.describe())
+        }
         _ => place,
     }
 }

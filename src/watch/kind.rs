@@ -106,6 +106,15 @@ impl PodPlace {
         }
     }
 
+    /// Where the pod is, as written in `--custom-kinds-file` (`spec.template`).
+    pub fn describe(&self) -> String {
+        let dotted = |path: &[&str]| std::iter::once("spec").chain(path.iter().copied()).collect::<Vec<_>>().join(".");
+        match self {
+            PodPlace::Template(path) => dotted(path),
+            PodPlace::Split { metadata, spec } => format!("{} and {}", dotted(metadata), dotted(spec)),
+        }
+    }
+
     /// The place of the pod's metadata in a patch's `spec`, made on the way.
     pub fn metadata_mut<'a>(&self, spec: &'a mut Value) -> &'a mut Value {
         match self {

@@ -157,3 +157,18 @@ fn a_strategy_value_reloader_does_not_know_is_found_and_known_ones_are_not() {
     let rollout = workload(&keys, &workload_with(&[(ROLLOUT_STRATEGY, "restrat")], &[]));
     assert_eq!(codes(&rollout), ["unknown-value"]);
 }
+
+#[test]
+fn auto_on_a_declared_kind_with_no_pod_at_its_path_is_found() {
+    let keys = Keys::default();
+    let vmagent = crate::watch::custom_kinds::declare_for_tests()[1];
+    let mut agent = workload_with(&[("reloader.stakater.com/auto", "true")], &[]);
+    agent.key.kind = vmagent;
+    let found = workload(&keys, &agent);
+    assert_eq!(codes(&found), ["empty-pod"]);
+    assert!(found[0].message.contains("spec.podMetadata and spec"), "{}", found[0].message);
+    agent.template.containers.push(Default::default());
+    assert!(workload(&keys, &agent).is_empty(), "a container at the path: auto can find what it uses");
+    let deployment = workload_with(&[("reloader.stakater.com/auto", "true")], &[]);
+    assert!(workload(&keys, &deployment).is_empty(), "built-in kinds are not checked");
+}

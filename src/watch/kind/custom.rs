@@ -190,11 +190,18 @@ fn leak(text: String) -> &'static str {
     Box::leak(text.into_boxed_str())
 }
 
+/// Declare the kinds the unit tests use (Knative's Service as `Custom(0)`, VictoriaMetrics'
+/// VMAgent as `Custom(1)`): one set per test process, so every test declares these.
+#[cfg(test)]
+pub fn declare_for_tests() -> Vec<WorkloadKind> {
+    declare(&parse("kinds.yaml", tests::TWO).expect("the test kinds")).expect("declared")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const TWO: &str = "kinds:
+    pub(super) const TWO: &str = "kinds:
   - kind: Service
     apiVersion: serving.knative.dev/v1
     plural: services
@@ -261,7 +268,7 @@ mod tests {
     #[test]
     fn a_declared_kind_is_found_by_its_names_and_declared_once() {
         let rows = parse("kinds.yaml", TWO).expect("two kinds");
-        let kinds = declare(&rows).expect("declared");
+        let kinds = declare_for_tests();
         assert_eq!(kinds, vec![WorkloadKind::Custom(0), WorkloadKind::Custom(1)]);
         assert_eq!(declare(&rows).expect("the same again"), kinds);
         assert!(matches!(declare(&rows[..1]), Err(DeclareError::Redeclared)));
