@@ -329,6 +329,36 @@ fn rbac_follows_the_features() {
 }
 
 #[test]
+fn custom_kinds_render_the_file_the_binary_reads_its_mount_and_their_rbac() {
+    let values = "reloader: {customKinds: [
+          {kind: Service, apiVersion: serving.knative.dev/v1, plural: services, template: spec.template},
+          {kind: VMAgent, apiVersion: operator.victoriametrics.com/v1beta1, plural: vmagents,
+           podMetadata: spec.podMetadata, podSpec: spec}]}";
+    let docs = render(values);
+    assert!(args(&docs).contains(&"--custom-kinds-file=/etc/reloader-fleet/custom-kinds.yaml".to_string()));
+    let kinds = find(&docs, "ConfigMap", "r-reloader-custom-kinds").expect("the kinds ConfigMap");
+    let text = kinds["data"]["custom-kinds.yaml"].as_str().expect("custom-kinds.yaml");
+    let rows = reloader_fleet::watch::custom_kinds::parse("custom-kinds.yaml", text).expect("the binary reads it");
+    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r.kind, r.group)).collect();
+    assert_eq!(names, [("Service", "serving.knative.dev"), ("VMAgent", "operator.victoriametrics.com")]);
+    let mount = &container(&docs)["volumeMounts"][0];
+    assert_eq!((&mount["mountPath"], &mount["readOnly"]), (&json!("/etc/reloader-fleet"), &json!(true)));
+    let deployment = find(&docs, "Deployment", "r-reloader").expect("the Deployment");
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["spec"]["volumes"][0]["configMap"]["name"], "r-reloader-custom-kinds");
+    let checksum = &pod["metadata"]["annotations"]["reloader-fleet.stakater.com/custom-kinds-checksum"];
+    assert!(checksum.is_string(), "a changed list rolls the controller, which reads it at start");
+    let role = find(&docs, "ClusterRole", "r-reloader-role").expect("ClusterRole");
+    assert!(has_rule(role, "serving.knative.dev/services: list,get,watch,patch"), "{:?}", rules(role));
+    assert!(has_rule(role, "operator.victoriametrics.com/vmagents: list,get,watch,patch"), "{:?}", rules(role));
+    let plain = render("reloader: {}");
+    assert!(find(&plain, "ConfigMap", "r-reloader-custom-kinds").is_none(), "nothing without custom kinds");
+    let err = try_render("reloader: {customKinds: [{kind: Service, apiVersion: v1, plural: services}]}")
+        .expect_err("a core apiVersion");
+    assert!(err.contains("customKinds"), "{err}");
+}
+
+#[test]
 fn every_custom_annotation_key_renders_its_flag_and_an_unknown_key_is_an_error() {
     let keys = [
         ("configmap", "--configmap-annotation"),

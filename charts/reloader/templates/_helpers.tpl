@@ -129,9 +129,19 @@ Events. Namespaces are added for the ClusterRole only.
   resources: [secretproviderclasspodstatuses, secretproviderclasses]
   verbs: [list, get, watch]
 {{- end }}
+{{- range $v.customKinds }}
+- apiGroups: [{{ splitList "/" .apiVersion | first | quote }}]
+  resources: [{{ .plural | quote }}]
+  verbs: [list, get, watch, patch]
+{{- end }}
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- end -}}
+
+{{/* The --custom-kinds-file the controller reads: reloader.customKinds as a `kinds:` list. */}}
+{{- define "reloader-custom-kinds" -}}
+{{ toYaml (dict "kinds" .Values.reloader.customKinds) }}
 {{- end -}}
 
 {{/* The ConfigMaps the controller writes in its namespace, as a YAML list (the RBAC names each):
