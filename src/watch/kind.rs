@@ -24,8 +24,9 @@ use serde_json::Value;
 
 pub mod custom;
 
-/// The workload kinds the engine can roll.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The workload kinds the engine can roll. Shown (`{:?}`) by its Kubernetes kind, a declared
+/// one too.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WorkloadKind {
     Deployment,
     DaemonSet,
@@ -220,6 +221,12 @@ const TABLE: [KindSpec; 7] = [
         restart_field: None,
     },
 ];
+
+impl std::fmt::Debug for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
+    }
+}
 
 impl WorkloadKind {
     pub const ALL: [WorkloadKind; 7] = [
