@@ -14,7 +14,8 @@ use std::time::Instant;
 use k8s_openapi::api::apps::v1::Deployment;
 use reloader_fleet::reload::{Item, Keys, Options, Rules, Strategy, Target, plan, target_container};
 use reloader_fleet::watch::{
-    Compactor, DataHash, ResourceKey, ResourceKind, ResourceState, SlimDeployment, SlimRaw, Store, WorkloadKind,
+    Compactor, DataHash, ResourceKey, ResourceKind, ResourceState, SlimConfigMap, SlimDeployment, SlimRaw, Store,
+    WorkloadKind, used_keys,
 };
 use serde_json::{Value, json};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -89,6 +90,7 @@ fn build(namespaces: usize, workloads_per_ns: usize) -> Built {
                 ignored: false,
                 search_match: false,
                 wide: None,
+                keys: None,
             };
             writer.apply_resource(key, state);
             resources += 1;
@@ -123,6 +125,7 @@ fn run_changes(built: &Built, namespaces: usize) -> (f64, usize) {
             ignored: false,
             search_match: false,
             wide: None,
+            keys: None,
         };
         for w in built.store.candidates(&key) {
             evaluated += 1;
@@ -180,6 +183,83 @@ fn stored_bytes_per(kind: WorkloadKind) -> isize {
     bytes / 1000
 }
 
+/// Issue 41: a namespace with a ConfigMap of five keys read by key (`configMapKeyRef` of two
+/// of them) beside the Deployment's own ConfigMap read whole, built through the compactor as the
+/// watches do; the store's bytes, and changes decided a second (each compared by key when on).
+fn used_keys_figures(namespaces: usize, on: bool) -> (isize, f64) {
+    let keys = Keys::default();
+    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+    let compactor = if on { compactor.reloading_on_used_keys() } else { compactor };
+    let configmap = |ns: &str, name: &str, data: Value| -> SlimConfigMap {
+        serde_json::from_value(
+            json!({ "metadata": { "name": name, "namespace": ns, "resourceVersion": "1" }, "data": data }),
+        )
+        .expect("a ConfigMap")
+    };
+    let mut deployments = Vec::new();
+    let mut configmaps = Vec::new();
+    for n in 0..namespaces {
+        let ns = format!("ns-{n}");
+        let mut d = deployment_json(&ns, 0, 1);
+        let reads_by_key = ["a", "b"].map(|k| {
+            json!({ "name": format!("SHARED_{k}"),
+            "valueFrom": { "configMapKeyRef": { "name": "shared", "key": k } } })
+        });
+        if let Some(env) = d["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut() {
+            env.extend(reads_by_key);
+        }
+        deployments.push(d);
+        configmaps.push(configmap(&ns, "config-0", json!({ "config.yaml": "setting: 1" })));
+        let shared: BTreeMap<String, String> =
+            (0..5).map(|k| (format!("{}", (b'a' + k) as char), "v".repeat(40))).collect();
+        configmaps.push(configmap(&ns, "shared", json!(shared)));
+    }
+    let region = Region::new(GLOBAL);
+    let (store, writer) = Store::new(keys.explicit_keys());
+    for value in &deployments {
+        let slim: SlimDeployment = serde_json::from_value(value.clone()).expect("fixture parses");
+        writer.apply_workload(compactor.compact(&slim).expect("named"));
+    }
+    for cm in &configmaps {
+        let key = ResourceKey {
+            kind: ResourceKind::ConfigMap,
+            namespace: Arc::from(cm.metadata.namespace.as_deref().unwrap_or_default()),
+            name: Arc::from(cm.metadata.name.as_deref().unwrap_or_default()),
+        };
+        writer.apply_resource(key, compactor.configmap(cm));
+    }
+    writer.settle_key_hashes(true);
+    let bytes = net(region.change());
+    drop(configmaps);
+    let mut rules = Rules::new(Keys::default(), Options::default());
+    let started = Instant::now();
+    let mut planned = 0;
+    for k in 0..CHANGES {
+        let key = ResourceKey {
+            kind: ResourceKind::ConfigMap,
+            namespace: Arc::from(format!("ns-{}", k % namespaces)),
+            name: Arc::from("shared"),
+        };
+        let Some(state) = store.resource(&key) else { continue };
+        for w in store.candidates(&key) {
+            if let Some(used) = w.template.key_uses.as_deref().and_then(|u| u.keys(key.kind, &key.name)) {
+                let acted = state.keys.as_deref();
+                if used_keys::compare(used, state.keys.as_deref(), acted) == used_keys::KeyChange::Untouched {
+                    continue;
+                }
+            }
+            let verdict = rules.decide(key.kind, &key.name, &state, &w.annotations, &w.template);
+            let Some(mode) = verdict.mode else { continue };
+            let Some(c) = target_container(&w.template, key.kind, &key.name, mode) else { continue };
+            let item = Item::new(key.kind, &key.name, c, Target::Hash(state.hashes()));
+            planned += usize::from(plan(Strategy::EnvVars, &w, &item, 0).is_some());
+        }
+    }
+    let per_sec = CHANGES as f64 / started.elapsed().as_secs_f64();
+    assert!(on || planned > 0, "the benchmark must exercise real matches");
+    (bytes, per_sec)
+}
+
 fn main() {
     println!("decision benchmark: {CHANGES} ConfigMap changes, env-vars strategy, no API calls");
     for (label, namespaces, per_ns) in
@@ -202,4 +282,15 @@ fn main() {
             kind.kind()
         );
     }
+    let namespaces = 10_000;
+    let (off, off_rate) = used_keys_figures(namespaces, false);
+    let (on, on_rate) = used_keys_figures(namespaces, true);
+    println!(
+        "--reload-on-used-keys, {namespaces} namespaces (a Deployment reading 2 of 5 keys of a shared ConfigMap, and one \
+         ConfigMap whole): store {:.1} MiB off, {:.1} MiB on ({:+.1}%); {off_rate:.0} changes/s off, {on_rate:.0} on \
+         (each compared by key, none rolled)",
+        off as f64 / 1048576.0,
+        on as f64 / 1048576.0,
+        (on - off) as f64 * 100.0 / off as f64
+    );
 }

@@ -275,7 +275,7 @@ fn rings() -> &'static [(Ring, Ring)] {
 }
 
 fn state() -> ResourceState {
-    ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None }
+    ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None, keys: None }
 }
 
 #[test]

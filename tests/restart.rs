@@ -232,7 +232,10 @@ async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
         for n in 0..RESOURCES {
             let key = ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: format!("cm-{n}").into() };
             let hash = DataHash::of_bytes(n.to_string().as_bytes());
-            writer.apply_resource(key, ResourceState { hash, ignored: false, search_match: false, wide: None });
+            writer.apply_resource(
+                key,
+                ResourceState { hash, ignored: false, search_match: false, wide: None, keys: None },
+            );
         }
         let mut engine = InProcess::start(slow, &ns, "lost-at-take-up", 1, store, BTreeSet::from([0]));
         // Said before the checkpoint is read, which takes a TLS handshake and a GET, 300 ms a leg.
@@ -344,7 +347,7 @@ fn cfg_key(ns: &str) -> ResourceKey {
 }
 
 fn cfg_state(value: &str) -> ResourceState {
-    ResourceState { hash: cm_data_hash(value), ignored: false, search_match: false, wide: None }
+    ResourceState { hash: cm_data_hash(value), ignored: false, search_match: false, wide: None, keys: None }
 }
 
 /// Change `cfg` as the watch would tell it, and check that `app` records the change while

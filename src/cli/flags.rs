@@ -37,6 +37,12 @@ pub struct ReloadFlags {
     /// as Reloader does.
     #[arg(long, env = "REMOVE_ORPHANED_ENV_VARS", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub remove_orphaned_env_vars: bool,
+    /// A workload that reads only some keys of a ConfigMap or Secret (configMapKeyRef,
+    /// secretKeyRef, volume items, subPath) reloads only when one of those keys changes;
+    /// envFrom and whole-volume mounts keep whole-object reloads. The workload annotation
+    /// reloader-fleet.stakater.com/reload-on-used-keys ("true"/"false") wins.
+    #[arg(long, env = "RELOAD_ON_USED_KEYS", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
+    pub reload_on_used_keys: bool,
     /// Send a webhook instead of reloading.
     #[arg(long, env = "WEBHOOK_URL", default_value = "", global = true)]
     pub webhook_url: String,

@@ -85,6 +85,8 @@ pub struct ReloadSettings {
     pub reload_on_delete: bool,
     pub sync_after_restart: bool,
     pub remove_orphaned_env_vars: bool,
+    /// `--reload-on-used-keys`: the compactor finds the keys each workload uses.
+    pub reload_on_used_keys: bool,
     /// Webhook-only mode (`--webhook-url`): POST here instead of writing any workload.
     pub webhook_url: Option<reqwest::Url>,
     pub checkpoint_name: String,
@@ -265,6 +267,7 @@ impl Args {
             reload_on_delete: flags.reload_on_delete == "true",
             sync_after_restart: flags.sync_after_restart,
             remove_orphaned_env_vars: flags.remove_orphaned_env_vars,
+            reload_on_used_keys: flags.reload_on_used_keys,
             webhook_url,
             checkpoint_name: flags.checkpoint_name.clone(),
             pacing: Pacing {

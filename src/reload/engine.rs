@@ -28,7 +28,10 @@ use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
 use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
 use crate::shard::Ring;
-use crate::watch::{Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey};
+use crate::watch::{
+    Cause, Change, Compactor, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, used_keys,
+};
+use used_keys::KeyChange;
 
 mod acted;
 mod damping;
@@ -370,6 +373,8 @@ impl Engine {
             (None, None, Some(seen)) if change.cause == Cause::Listed => {
                 // New to this replica, not new to the cluster: the baseline.
                 self.acted.insert(key.clone(), short(&seen));
+                let keys = current.filter(|c| c.hash == seen).and_then(|c| c.keys);
+                self.acted.baseline_keys(key, keys);
                 return Prepared::Finished(Outcome::Skipped);
             }
             (None, None, Some(_)) => Transition::Created,
@@ -402,6 +407,8 @@ impl Engine {
             // A create is baselined at the hash its event carried, so an update that is already
             // queued behind it still counts as a change.
             self.record_acted(key, change.observed.as_ref().map(short));
+            let keys = current.filter(|c| Some(c.hash) == change.observed).and_then(|c| c.keys);
+            self.acted.baseline_keys(key, keys);
             return Prepared::Finished(Outcome::Skipped);
         }
         let (target, state) = target_of_state(current.clone());
@@ -433,9 +440,13 @@ impl Engine {
         if let Verdict::Damped { .. } = damping {
             self.metrics.held.damped_changes.inc();
         }
+        self.acted.deciding(key, state.keys.clone());
         let mut writes = Vec::new();
         for candidate in self.store.candidates(key) {
             let workload = self.freshest(candidate);
+            if transition == Transition::Updated && self.uses_no_changed_key(key, &state, &workload) {
+                continue;
+            }
             let mut window = self.window_for(&workload);
             if let Verdict::Damped { window: damped, began } = damping {
                 window = window.max(damped);
@@ -470,15 +481,18 @@ impl Engine {
     ) -> Outcome {
         let wrote = results.iter().filter(|r| **r == WriteResult::Written).count();
         if results.contains(&WriteResult::Failed) {
+            self.acted.settle_keys(key, false);
             return Outcome::Failed;
         }
         if self.deferred.is_held(key) {
+            self.acted.settle_keys(key, false);
             // Handled (checkpoint) once every deferred write of it is done.
             info!(?transition, workloads = wrote, hash = %hash, "change handled in part; writes deferred");
             return if wrote > 0 { Outcome::Done } else { Outcome::Skipped };
         }
         info!(?transition, workloads = wrote, hash = %hash, "change handled");
         self.record_acted(key, current.as_ref().map(short));
+        self.acted.settle_keys(key, current.is_some());
         if wrote > 0 { Outcome::Done } else { Outcome::Skipped }
     }
 
@@ -499,6 +513,7 @@ impl Engine {
             store.workload(key).is_some_and(|stored| newer(&ours.resource_version, &stored.resource_version))
         });
         self.metrics.forget_namespaces(|ns| !store.has_namespace(ns));
+        self.acted.narrow_keys(|key| store.used_key_ids(key));
     }
 
     /// The store's workload, unless our own later write is not yet reflected there.
@@ -545,6 +560,33 @@ impl Engine {
         let container = self.target_of(key, state, workload)?;
         let item = Item { kind: key.kind, name: key.name.to_string(), container, target };
         strategy::plan_all(self.config.strategy, workload, &[item], unix_now())
+    }
+
+    /// Whether `workload` reads only keys of the resource that this change left alone
+    /// (`--reload-on-used-keys`): then it is not rolled. A workload that names resources by
+    /// annotation (a reload list, `search`) keeps whole-object reloads.
+    fn uses_no_changed_key(&mut self, key: &ResourceKey, state: &ResourceState, workload: &Workload) -> bool {
+        let Some(used) = workload.template.key_uses.as_deref().and_then(|u| u.keys(key.kind, &key.name)) else {
+            return false;
+        };
+        if self.rules.keys().names_resources(key.kind, workload) {
+            return false;
+        }
+        match used_keys::compare(used, state.keys.as_deref(), self.acted.keys(key)) {
+            KeyChange::Untouched => {
+                self.metrics.skipped.with_label_values(&["used_keys_unchanged"]).inc();
+                info!(workload = %workload.key, keys = ?used, "not reloading: the change touched none of the keys it uses");
+                true
+            }
+            KeyChange::Changed(changed) => {
+                info!(workload = %workload.key, keys = ?changed, "reloading: keys it uses changed");
+                false
+            }
+            KeyChange::Unknown => {
+                debug!(workload = %workload.key, "keys it uses: no per-key hashes of the data acted on; reloading");
+                false
+            }
+        }
     }
 
     /// `patch` plus the pause the workload asks for, if any (counted as a matched workload),
@@ -681,6 +723,7 @@ fn target_of_state(current: Option<ResourceState>) -> (Target, ResourceState) {
                 ignored: false,
                 search_match: false,
                 wide: None,
+                keys: None,
             },
         ),
     }

@@ -150,6 +150,10 @@ pub struct Pair {
     pub writes: Option<String>,
     /// The hash the workload records for the resource now.
     pub recorded_hash: Option<String>,
+    /// The keys of the resource the workload reads, when it reloads only for those
+    /// (`--reload-on-used-keys`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys: Option<String>,
     /// When the resource changes too often and its reloads are damped: since when, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub damped: Option<String>,
@@ -262,6 +266,7 @@ impl Explainer<'_> {
             writes: None,
             recorded_hash: None,
             current_hash: state.as_ref().map(|s| s.hashes().written()),
+            keys: None,
             damped: None,
         };
         let outer = if let Some(why) = &serving.not_selected {
@@ -311,9 +316,21 @@ impl Explainer<'_> {
                 Some(strategy::record_place(scope.strategy, workload, resource.kind, &resource.name, container));
             pair.recorded_hash = strategy::recorded(scope.strategy, workload, resource.kind, &resource.name, container);
             pair.damped = damping_note(scope, self.damped, resource);
+            pair.keys = used_keys_note(rules.keys(), workload, resource);
         }
         pair
     }
+}
+
+/// Which keys of `resource` the workload reloads for, when it reads only some of them.
+fn used_keys_note(keys: &Keys, workload: &Workload, resource: &ResourceKey) -> Option<String> {
+    let used = workload.template.key_uses.as_deref()?.keys(resource.kind, &resource.name)?;
+    let listed = used.iter().map(|k| k.as_ref()).collect::<Vec<&str>>().join(", ");
+    Some(if keys.names_resources(resource.kind, workload) {
+        format!("reads keys {listed}, but names resources by annotation: every change of the data counts")
+    } else {
+        format!("only keys {listed} (--reload-on-used-keys): a change of other keys rolls nothing")
+    })
 }
 
 /// Whether a pair is worth showing: the workload uses the resource, its `.../reload` list
@@ -451,6 +468,9 @@ pub fn text(report: &Report) -> String {
                 let now = pair.current_hash.as_deref().unwrap_or("-");
                 let _ = writeln!(out, "      writes {writes}; records {recorded}; current hash {now}");
             }
+            if let Some(keys) = &pair.keys {
+                let _ = writeln!(out, "      {keys}");
+            }
             if let Some(damped) = &pair.damped {
                 let _ = writeln!(out, "      {damped}");
             }
@@ -480,7 +500,7 @@ mod tests {
     }
 
     fn state(ignored: bool) -> ResourceState {
-        ResourceState { hash: DataHash::of_bytes(b"v1"), ignored, search_match: false, wide: None }
+        ResourceState { hash: DataHash::of_bytes(b"v1"), ignored, search_match: false, wide: None, keys: None }
     }
 
     /// `web` mounts ConfigMap `config`, takes Secret `db` through envFrom, and names ConfigMap
@@ -597,6 +617,7 @@ mod tests {
             writes: None,
             recorded_hash: Some(recorded.into()),
             current_hash: Some(DataHash::of_bytes(b"secret").to_string()),
+            keys: None,
             damped: None,
         };
         report.pairs = vec![

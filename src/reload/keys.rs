@@ -91,6 +91,14 @@ impl Keys {
         }
     }
 
+    /// Whether `workload` names resources of `kind` by annotation (a reload list, `search`):
+    /// then every change of their data counts, also for a workload reading only some keys.
+    pub fn names_resources(&self, kind: crate::watch::ResourceKind, workload: &crate::watch::Workload) -> bool {
+        [self.for_kind(kind).explicit, &self.search]
+            .iter()
+            .any(|k| workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k))
+    }
+
     /// Workload annotation keys the stores keep; every other annotation is dropped on arrival.
     pub fn workload_keys(&self) -> Vec<String> {
         vec![
@@ -112,6 +120,7 @@ impl Keys {
             ROLLOUT_STRATEGY.to_string(),
             CRONJOB_RELOAD_STRATEGY.to_string(),
             COALESCE_WINDOW.to_string(),
+            crate::watch::used_keys::ANNOTATION.to_string(),
         ]
     }
 

@@ -23,7 +23,7 @@ use crate::reload::{
     COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY,
     compile_entry, named_entries, parse_go_bool,
 };
-use crate::watch::{Annotations, ResourceKind, Workload};
+use crate::watch::{Annotations, ResourceKind, Workload, used_keys};
 
 mod task;
 
@@ -70,6 +70,7 @@ impl<'a> Known<'a> {
                 ROLLOUT_STRATEGY,
                 CRONJOB_RELOAD_STRATEGY,
                 COALESCE_WINDOW,
+                used_keys::ANNOTATION,
             ],
             resource: vec![&keys.search_match, &keys.ignore],
             written: vec![&keys.paused_at, LAST_RELOADED_FROM, RELOADED_HASHES],
@@ -191,9 +192,8 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
 /// makes the containers itself, where only named resources work).
 fn empty_declared_pod(keys: &Keys, workload: &Workload) -> Option<Finding> {
     let template = &workload.template;
-    if !workload.key.kind.is_declared()
-        || !(template.containers.is_empty() && template.init_containers.is_empty() && template.volumes.is_empty())
-    {
+    let empty = template.containers.is_empty() && template.init_containers.is_empty() && template.volumes.is_empty();
+    if !(workload.key.kind.is_declared() && empty) {
         return None;
     }
     let on = |key: &String| workload.annotations.get(key).is_some_and(|v| parse_go_bool(v) == Some(true));
@@ -267,6 +267,15 @@ fn common(keys: &Keys, known: &Known<'_>, annotations: &Annotations, out: &mut V
                 annotation: key.clone(),
                 message: format!(
                     "{key:?} is {value:?}, which is not a boolean and counts as false: use \"true\" or \"false\""
+                ),
+            });
+        } else if key == used_keys::ANNOTATION && !matches!(value.trim(), "true" | "false") {
+            out.push(Finding {
+                code: "not-a-boolean",
+                annotation: key.clone(),
+                message: format!(
+                    "{key:?} is {value:?}, which is neither \"true\" nor \"false\": --reload-on-used-keys decides for \
+                     this workload"
                 ),
             });
         } else if exact.contains(&key) && value != "true" && value != "false" {

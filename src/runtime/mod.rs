@@ -299,6 +299,7 @@ pub fn compactor(settings: &Settings) -> watch::Compactor {
     );
     let compactor =
         if settings.watch.hash == watch::HashForm::Sha512_256 { compactor.hashing_wide() } else { compactor };
+    let compactor = if settings.reload.reload_on_used_keys { compactor.reloading_on_used_keys() } else { compactor };
     if settings.reload.annotation_lint { compactor.keeping_lookalikes() } else { compactor }
 }
 

@@ -141,7 +141,7 @@ impl CsiState {
     fn state(&self, key: &ResourceKey, hash: DataHash) -> ResourceState {
         let (ignored, search_match) =
             self.classes.get(&(key.namespace.clone(), key.name.clone())).copied().unwrap_or_default();
-        ResourceState { hash, ignored, search_match, wide: None }
+        ResourceState { hash, ignored, search_match, wide: None, keys: None }
     }
 
     /// One pod status of `class` is gone; the class's state goes with its last one.

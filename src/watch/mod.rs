@@ -13,6 +13,7 @@ mod resource_map;
 mod server_shards;
 mod snapshot;
 mod store;
+pub mod used_keys;
 mod watcher;
 mod wire;
 

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::watch::used_keys::{KeyHashes, KeyUses};
 use crate::watch::{DataHash, Hashes, WideHash, WorkloadKind};
 
 /// The kinds of resource whose data changes roll workloads.
@@ -123,6 +124,9 @@ pub struct ResourceState {
     pub search_match: bool,
     /// With `--hash=sha512-256`, the data's SHA-512/256 (boxed: 8 bytes when off).
     pub wide: Option<Box<WideHash>>,
+    /// Per-key hashes, while some workload reloads only for the keys it uses: all keys as an
+    /// event brings them, the keys used selectively as the store keeps them.
+    pub keys: Option<Box<KeyHashes>>,
 }
 
 impl ResourceState {
@@ -167,6 +171,9 @@ pub struct PodTemplate {
     pub containers: Vec<Container>,
     pub init_containers: Vec<Container>,
     pub volumes: Vec<Volume>,
+    /// The resources used only by some keys, when this workload reloads only for the keys it
+    /// uses (`--reload-on-used-keys` or its annotation); `None` otherwise.
+    pub key_uses: Option<Box<KeyUses>>,
 }
 
 /// A resource a pod template names. The name is shared with the store's index of who uses

@@ -13,7 +13,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
+use crate::watch::used_keys::{KeyHashes, key_id};
 use crate::watch::{
     DataHash, PodTemplate, ResourceKey, ResourceKind, ResourceMap, ResourceState, WideHash, Workload, WorkloadKey,
     WorkloadKind,
@@ -34,7 +36,19 @@ struct Inner {
     /// With `--hash=sha512-256`, the resources' SHA-512/256 (empty otherwise: the entries stay
     /// as small as without it).
     wide: HashMap<ResourceKey, WideHash>,
+    /// Per-key hashes of the keys that workloads reloading only for the keys they use read of
+    /// a resource (empty while none does).
+    key_hashes: HashMap<ResourceKey, KeyHashes>,
+    /// Every key's hash of resources new to the store, whose workloads may not be stored yet
+    /// (a list brings ConfigMaps and Deployments side by side; an install creates the ConfigMap
+    /// first), with when they came: kept for [`UNCLAIMED_FOR`], or until the watches are in sync.
+    unclaimed: HashMap<ResourceKey, (Instant, KeyHashes)>,
+    /// When unclaimed hashes were last settled.
+    settled_at: Option<Instant>,
 }
+
+/// How long every key's hash of a new resource is kept for workloads still to come.
+const UNCLAIMED_FOR: Duration = Duration::from_secs(30);
 
 /// A stored resource.
 struct Entry {
@@ -56,9 +70,9 @@ struct Slim {
 }
 
 impl Slim {
-    fn of(state: ResourceState) -> (Slim, Option<Box<WideHash>>) {
-        let ResourceState { hash, ignored, search_match, wide } = state;
-        (Slim { hash, ignored, search_match }, wide)
+    fn of(state: ResourceState) -> (Slim, Option<Box<WideHash>>, Option<Box<KeyHashes>>) {
+        let ResourceState { hash, ignored, search_match, wide, keys } = state;
+        (Slim { hash, ignored, search_match }, wide, keys)
     }
 }
 
@@ -95,7 +109,48 @@ impl Inner {
     /// The full state of a stored resource.
     fn state(&self, key: &ResourceKey, slim: &Slim) -> ResourceState {
         let wide = if self.wide.is_empty() { None } else { self.wide.get(key).map(|w| Box::new(*w)) };
-        ResourceState { hash: slim.hash, ignored: slim.ignored, search_match: slim.search_match, wide }
+        let keys = if self.key_hashes.is_empty() && self.unclaimed.is_empty() {
+            None
+        } else {
+            let unclaimed = || self.unclaimed.get(key).map(|(_, all)| all);
+            self.key_hashes.get(key).or_else(unclaimed).map(|k| Box::new(k.clone()))
+        };
+        ResourceState { hash: slim.hash, ignored: slim.ignored, search_match: slim.search_match, wide, keys }
+    }
+
+    /// Keep the per-key hashes of `key` that its stored workloads use selectively (of `all`,
+    /// the hashes of every key an event brought), or drop them. A resource new to the store
+    /// also keeps them all for a while ([`Inner::unclaimed`]).
+    fn set_keys(&mut self, key: &ResourceKey, all: Option<Box<KeyHashes>>, new_to_store: bool) {
+        let Some(all) = all else {
+            if !self.key_hashes.is_empty() || !self.unclaimed.is_empty() {
+                self.key_hashes.remove(key);
+                self.unclaimed.remove(key);
+            }
+            return;
+        };
+        let ids = self.used_ids(key);
+        if ids.is_empty() {
+            self.key_hashes.remove(key);
+        } else {
+            self.key_hashes.insert(key.clone(), all.only(&ids));
+        }
+        if new_to_store {
+            self.unclaimed.insert(key.clone(), (Instant::now(), *all));
+        } else if let Some(unclaimed) = self.unclaimed.get_mut(key) {
+            unclaimed.1 = *all;
+        }
+    }
+
+    /// The ids of the keys of `key` its stored workloads use selectively, sorted.
+    fn used_ids(&self, key: &ResourceKey) -> Vec<u64> {
+        let users = self.refs.get(key).into_iter().flat_map(|set| &set.0);
+        let uses = users.filter_map(|w| self.workloads.get(w)?.template.key_uses.as_deref());
+        let mut ids: Vec<u64> =
+            uses.flat_map(|u| u.keys(key.kind, &key.name).unwrap_or_default()).map(|k| key_id(k)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Keep or drop the wide hash of `key`.
@@ -220,6 +275,13 @@ impl Store {
         self.read().per_namespace.len()
     }
 
+    /// The ids of the keys of `key` that stored workloads use selectively, sorted; `None` while
+    /// its workloads may still be on their way (a new resource).
+    pub fn used_key_ids(&self, key: &ResourceKey) -> Option<Vec<u64>> {
+        let inner = self.read();
+        (!inner.unclaimed.contains_key(key)).then(|| inner.used_ids(key))
+    }
+
     /// Numbers of stored resources and workloads.
     pub fn len(&self) -> (usize, usize) {
         let inner = self.read();
@@ -254,21 +316,53 @@ impl Writer {
 
     fn insert_resource(&self, mut key: ResourceKey, state: ResourceState, loaded: bool) -> Option<ResourceState> {
         let mut inner = self.write();
-        let (state, wide) = Slim::of(state);
+        let (state, wide, keys) = Slim::of(state);
         if let Some(entry) = inner.resources.get_mut(&key) {
             let previous = std::mem::replace(&mut entry.state, state);
             let previous_wide = inner.set_wide(&key, wide);
             let mut previous = inner.state(&key, &previous);
             previous.wide = previous_wide.map(Box::new);
+            inner.set_keys(&key, keys, false);
             return Some(previous);
         }
         key.namespace = inner.shared(&key.namespace);
         let namespace = key.namespace.clone();
         let baseline = loaded.then(|| state.hash.short().to_be_bytes());
         inner.set_wide(&key, wide);
+        inner.set_keys(&key, keys, true);
         inner.resources.insert(key, Entry { state, baseline });
         inner.count(&namespace, true);
         None
+    }
+
+    /// Keep, of the every-key hashes of new resources, only those their workloads use
+    /// selectively: of all of them once the watches are in sync (`in_sync`: every workload
+    /// listed is stored), else of those kept for [`UNCLAIMED_FOR`] (looked at every few
+    /// seconds).
+    pub fn settle_key_hashes(&self, in_sync: bool) {
+        let now = Instant::now();
+        let mut inner = self.write();
+        let due = inner.settled_at.is_none_or(|at| now.duration_since(at) >= UNCLAIMED_FOR / 8);
+        if inner.unclaimed.is_empty() || !(in_sync || due) {
+            return;
+        }
+        inner.settled_at = Some(now);
+        let settled: Vec<ResourceKey> = inner
+            .unclaimed
+            .iter()
+            .filter(|(_, (since, _))| in_sync || now.duration_since(*since) >= UNCLAIMED_FOR)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in settled {
+            let Some((_, all)) = inner.unclaimed.remove(&key) else { continue };
+            let ids = inner.used_ids(&key);
+            if !ids.is_empty() {
+                inner.key_hashes.insert(key, all.only(&ids));
+            }
+        }
+        if inner.unclaimed.is_empty() {
+            inner.unclaimed.shrink_to_fit();
+        }
     }
 
     pub fn delete_resource(&self, key: &ResourceKey) -> Option<ResourceState> {
@@ -276,6 +370,7 @@ impl Writer {
         let gone = inner.resources.remove(key)?;
         let mut gone = inner.state(key, &gone.state);
         gone.wide = inner.set_wide(key, None).map(Box::new);
+        inner.set_keys(key, None, false);
         inner.count(&key.namespace, false);
         Some(gone)
     }
@@ -376,6 +471,10 @@ impl Writer {
             .collect();
         if !inner.wide.is_empty() {
             inner.wide.retain(|k, _| &*k.namespace != namespace);
+        }
+        if !inner.key_hashes.is_empty() || !inner.unclaimed.is_empty() {
+            inner.key_hashes.retain(|k, _| &*k.namespace != namespace);
+            inner.unclaimed.retain(|k, _| &*k.namespace != namespace);
         }
         let keys = keys_in(inner.workloads.keys(), |k| &*k.namespace == namespace);
         let workloads = keys.iter().filter_map(|k| inner.workloads.remove(k)).collect();
@@ -494,6 +593,7 @@ mod tests {
             ignored: false,
             search_match: false,
             wide,
+            keys: None,
         };
         writer.apply_resource(cm("a", "s"), state(b"1", wide(b"1")));
         assert_eq!(store.resource(&cm("a", "s")).and_then(|s| s.wide), wide(b"1"));
@@ -511,7 +611,13 @@ mod tests {
     #[test]
     fn forgetting_a_namespace_drops_its_objects_only() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None };
+        let state = ResourceState {
+            hash: DataHash::of_bytes(b""),
+            ignored: false,
+            search_match: false,
+            wide: None,
+            keys: None,
+        };
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("b", "cm"), state);
         writer.apply_workload(workload("a", "w", &["cm"], &[]));
@@ -530,6 +636,7 @@ mod tests {
             ignored: false,
             search_match: false,
             wide: None,
+            keys: None,
         };
         writer.apply_resource(cm("a", "listed"), state(b"0"));
         writer.apply_resource(cm("a", "listed"), state(b"1"));
@@ -546,7 +653,13 @@ mod tests {
     #[test]
     fn a_namespace_counts_while_it_has_a_stored_object() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState { hash: DataHash::of_bytes(b""), ignored: false, search_match: false, wide: None };
+        let state = ResourceState {
+            hash: DataHash::of_bytes(b""),
+            ignored: false,
+            search_match: false,
+            wide: None,
+            keys: None,
+        };
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("a", "cm"), state.clone()); // an update is not a second object
         writer.apply_workload(workload("a", "w", &["cm"], &[]));

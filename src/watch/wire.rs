@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ByteString, NamespaceResourceScope};
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::warn;
 
+use crate::watch::used_keys::{ANNOTATION as USED_KEYS_ANNOTATION, KeyHashes, key_uses};
 use crate::watch::{
     Annotations, Container, DataHash, PodTemplate, Reference, ResourceKind, ResourceState, Volume, WideHash, Workload,
     WorkloadKey, WorkloadKind, WriteMethod,
@@ -306,7 +308,15 @@ pub struct WireContainer {
     #[serde(default)]
     pub env_from: Vec<WireEnvFrom>,
     #[serde(default)]
-    pub volume_mounts: Vec<Named>,
+    pub volume_mounts: Vec<WireMount>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireMount {
+    pub name: String,
+    /// One file of the volume (a key of a ConfigMap or Secret volume without items).
+    pub sub_path: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -345,6 +355,14 @@ pub struct WireVolume {
 #[serde(rename_all = "camelCase")]
 pub struct WireSecretVolume {
     pub secret_name: Option<String>,
+    #[serde(default)]
+    pub items: Vec<WireKeyToPath>,
+}
+
+/// A volume item: which key of the ConfigMap or Secret is projected.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WireKeyToPath {
+    pub key: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -367,14 +385,14 @@ pub struct WireCsi {
     pub volume_attributes: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct Named {
-    pub name: String,
-}
-
+/// A reference by name; a key reference (`configMapKeyRef`) also names its key, a volume
+/// source its items.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct OptionalNamed {
     pub name: Option<String>,
+    pub key: Option<String>,
+    #[serde(default)]
+    pub items: Vec<WireKeyToPath>,
 }
 
 /// Label on the controller's own ConfigMaps (checkpoints): the watches never store them, so
@@ -400,6 +418,12 @@ pub struct Compactor {
     keep_lookalikes: bool,
     /// `--hash=sha512-256`: ConfigMaps and Secrets also get their SHA-512/256, which writes record.
     wide: bool,
+    /// `--reload-on-used-keys`: workloads reload only for the keys they use, unless their
+    /// annotation says `"false"` (without the flag: only those whose annotation says `"true"`).
+    used_keys: bool,
+    /// Whether any workload reloads only for the keys it uses: until one does, ConfigMaps and
+    /// Secrets get no per-key hashes (shared by every clone).
+    keys_wanted: Arc<AtomicBool>,
 }
 
 /// Whether an annotation key may concern Reloader at all (a misspelling included): cheap, so
@@ -428,6 +452,8 @@ impl Compactor {
             raw_for_all,
             keep_lookalikes: false,
             wide: false,
+            used_keys: false,
+            keys_wanted: Arc::default(),
         }
     }
 
@@ -452,6 +478,7 @@ impl Compactor {
         let binary: BTreeMap<String, Vec<u8>> = cm.binary_data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
         let mut state = self.resource_state(&cm.metadata, DataHash::of_configmap(&cm.data, &binary));
         state.wide = self.wide.then(|| Box::new(WideHash::of_configmap(&cm.data, &binary)));
+        state.keys = self.key_hashes(|| KeyHashes::of_configmap(&cm.data, &binary));
         state
     }
 
@@ -459,6 +486,7 @@ impl Compactor {
         let data: BTreeMap<String, Vec<u8>> = secret.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
         let mut state = self.resource_state(&secret.metadata, DataHash::of_secret(&data));
         state.wide = self.wide.then(|| Box::new(WideHash::of_secret(&data)));
+        state.keys = self.key_hashes(|| KeyHashes::of_secret(&data));
         state
     }
 
@@ -469,6 +497,28 @@ impl Compactor {
             &body.secret_provider_class_name,
             body.objects.iter().map(|o| (o.id.as_str(), o.version.as_str())),
         )
+    }
+
+    /// `--reload-on-used-keys`: workloads reload only for the keys they use by default.
+    pub fn reloading_on_used_keys(mut self) -> Self {
+        self.used_keys = true;
+        self.keys_wanted.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// Per-key hashes of a ConfigMap's or Secret's data, while some workload reloads only
+    /// for the keys it uses.
+    fn key_hashes(&self, of: impl FnOnce() -> KeyHashes) -> Option<Box<KeyHashes>> {
+        self.keys_wanted.load(Ordering::Relaxed).then(|| Box::new(of()))
+    }
+
+    /// Whether a workload with these annotations reloads only for the keys it uses.
+    fn on_used_keys(&self, annotations: Option<&BTreeMap<String, String>>) -> bool {
+        match annotations.and_then(|a| a.get(USED_KEYS_ANNOTATION)).map(|v| v.trim()) {
+            Some("true") => true,
+            Some("false") => false,
+            _ => self.used_keys,
+        }
     }
 
     /// The `ignore` and `match` annotations of a SecretProviderClass, on a state of `hash`.
@@ -483,6 +533,7 @@ impl Compactor {
             ignored: is_true(&self.ignore_key),
             search_match: is_true(&self.search_match_key),
             wide: None,
+            keys: None,
         }
     }
 
@@ -546,6 +597,10 @@ impl Compactor {
         };
         // Only volumes that project a resource matter; a mount of any other names nothing.
         let volumes: Vec<Volume> = template.spec.volumes.iter().map(volume).filter(|v| !v.sources.is_empty()).collect();
+        let key_uses = if self.on_used_keys(meta.annotations.as_ref()) { key_uses(&template.spec) } else { None };
+        if key_uses.is_some() && !self.keys_wanted.load(Ordering::Relaxed) {
+            self.keys_wanted.store(true, Ordering::Relaxed);
+        }
         Some(Workload {
             key,
             uid: meta.uid.clone().unwrap_or_default(),
@@ -556,6 +611,7 @@ impl Compactor {
                 containers: template.spec.containers.iter().map(|c| container(c, &volumes)).collect(),
                 init_containers: template.spec.init_containers.iter().map(|c| container(c, &volumes)).collect(),
                 volumes,
+                key_uses,
             },
             paused: false,
             generation: meta.generation.unwrap_or(0),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::reload::checkpoint::ShortHash;
 use crate::shard::Ring;
+use crate::watch::used_keys::KeyHashes;
 use crate::watch::{ResourceKey, ResourceMap, Store};
 
 /// The checkpoint's content of every active shard. A shard's map is shared with a save in
@@ -15,6 +16,12 @@ use crate::watch::{ResourceKey, ResourceMap, Store};
 pub(super) struct Acted {
     ring: Arc<Ring>,
     shards: HashMap<u32, Arc<ShardMap>>,
+    /// The per-key hashes acted on, of resources some workload reads only some keys of: known
+    /// only while they go with the hash acted on (any other change of it forgets them, so a
+    /// key-level decision is never made against data older than what was acted on).
+    keys: HashMap<ResourceKey, KeyHashes>,
+    /// The per-key hashes of changes decided and not yet finished.
+    deciding: HashMap<ResourceKey, KeyHashes>,
 }
 
 /// One shard's acted-on hashes.
@@ -25,7 +32,7 @@ pub(super) type Copies = HashMap<u32, Arc<ShardMap>>;
 
 impl Acted {
     pub fn new(ring: Arc<Ring>) -> Self {
-        Self { ring, shards: HashMap::new() }
+        Self { ring, shards: HashMap::new(), keys: HashMap::new(), deciding: HashMap::new() }
     }
 
     pub fn get(&self, key: &ResourceKey) -> Option<ShortHash> {
@@ -33,11 +40,13 @@ impl Acted {
     }
 
     pub fn insert(&mut self, key: ResourceKey, hash: ShortHash) {
+        self.forget_keys(&key);
         let shard = self.ring.shard_of(&key.namespace);
         Arc::make_mut(self.shards.entry(shard).or_default()).insert(key, hash);
     }
 
     pub fn remove(&mut self, key: &ResourceKey) {
+        self.forget_keys(key);
         if let Some(map) = self.shards.get_mut(&self.ring.shard_of(&key.namespace)) {
             Arc::make_mut(map).remove(key);
         }
@@ -45,7 +54,60 @@ impl Acted {
 
     /// Forget a shard let go of; returns its keys.
     pub fn forget(&mut self, shard: u32) -> Vec<ResourceKey> {
+        let ring = &self.ring;
+        self.keys.retain(|k, _| ring.shard_of(&k.namespace) != shard);
+        self.deciding.retain(|k, _| ring.shard_of(&k.namespace) != shard);
         self.shards.remove(&shard).map(|map| map.keys().collect()).unwrap_or_default()
+    }
+
+    /// The per-key hashes acted on for `key`, if known.
+    pub fn keys(&self, key: &ResourceKey) -> Option<&KeyHashes> {
+        self.keys.get(key)
+    }
+
+    /// A change of `key` is decided on data with these per-key hashes: they are the ones acted
+    /// on once it finishes ([`settle_keys`](Self::settle_keys)).
+    pub fn deciding(&mut self, key: &ResourceKey, keys: Option<Box<KeyHashes>>) {
+        match keys {
+            Some(keys) => self.deciding.insert(key.clone(), *keys),
+            None => self.deciding.remove(key),
+        };
+    }
+
+    /// The change of `key` decided last is handled, at the hash just inserted: its per-key
+    /// hashes (or none: a failed or held change) are the ones acted on.
+    pub fn settle_keys(&mut self, key: &ResourceKey, handled: bool) {
+        match self.deciding.remove(key) {
+            Some(keys) if handled => {
+                self.keys.insert(key.clone(), keys);
+            }
+            _ => {}
+        }
+    }
+
+    /// Taken as the baseline with these per-key hashes (those of the hash just inserted).
+    pub fn baseline_keys(&mut self, key: &ResourceKey, keys: Option<Box<KeyHashes>>) {
+        if let Some(keys) = keys {
+            self.keys.insert(key.clone(), *keys);
+        }
+    }
+
+    /// Keep of the per-key hashes acted on only the keys workloads use selectively now
+    /// (`used`: their ids, sorted; `None` while not known yet): a new resource's come with
+    /// every key.
+    pub fn narrow_keys(&mut self, used: impl Fn(&ResourceKey) -> Option<Vec<u64>>) {
+        self.keys.retain(|key, hashes| {
+            if let Some(ids) = used(key) {
+                *hashes = hashes.narrowed(&ids);
+            }
+            !hashes.is_empty()
+        });
+    }
+
+    fn forget_keys(&mut self, key: &ResourceKey) {
+        if !self.keys.is_empty() {
+            self.keys.remove(key);
+        }
     }
 
     /// The acted-on hashes of `shards` as they are now, for [`entries`] (no copy is made).

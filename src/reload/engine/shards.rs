@@ -137,6 +137,7 @@ impl Engine {
                 _ if replay_all => work.push((change, Some(Transition::Created))),
                 Some(last) if *last == short(&state.hash) => {
                     self.acted.insert(key.clone(), *last);
+                    self.acted.baseline_keys(key, state.keys.clone());
                 }
                 Some(last) => {
                     self.acted.insert(key.clone(), *last);
@@ -149,6 +150,8 @@ impl Engine {
                         self.acted.insert(key.clone(), loaded);
                         if loaded != short(&state.hash) {
                             work.push((change, None));
+                        } else {
+                            self.acted.baseline_keys(key, state.keys.clone());
                         }
                     }
                     // Created since the list: its creation decides.

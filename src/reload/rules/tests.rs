@@ -6,7 +6,7 @@ fn keys() -> Keys {
 }
 
 fn state() -> ResourceState {
-    ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false, wide: None }
+    ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false, wide: None, keys: None }
 }
 
 fn annotations(pairs: &[(&str, &str)]) -> Annotations {

@@ -150,9 +150,12 @@ impl WatchTask {
         let (standby_resources, standby_workloads) = self.standby.len();
         self.metrics.store_objects.with_label_values(&["standby"]).set((standby_resources + standby_workloads) as i64);
         self.metrics.namespaces_owned.set(self.writer.store().namespace_count() as i64);
-        if self.streams.running.values().all(|s| s.synced_once)
-            && self.shards.synced_for.as_ref() != Some(&self.shards.owned)
-        {
+        let all_listed = self.streams.running.values().all(|s| s.synced_once);
+        let newly_synced = all_listed && self.shards.synced_for.as_ref() != Some(&self.shards.owned);
+        if all_listed {
+            self.writer.settle_key_hashes(newly_synced);
+        }
+        if newly_synced {
             self.shards.all_synced = true;
             self.shards.synced_for = Some(self.shards.owned.clone());
             info!(resources, workloads, shards = ?self.shards.owned, "store in sync");

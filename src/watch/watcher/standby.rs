@@ -92,7 +92,7 @@ mod tests {
     }
 
     fn state() -> ResourceState {
-        ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false, wide: None }
+        ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false, wide: None, keys: None }
     }
 
     #[test]

@@ -96,7 +96,13 @@ mod tests {
     }
 
     fn state(data: &str) -> ResourceState {
-        ResourceState { hash: DataHash::of_bytes(data.as_bytes()), ignored: false, search_match: false, wide: None }
+        ResourceState {
+            hash: DataHash::of_bytes(data.as_bytes()),
+            ignored: false,
+            search_match: false,
+            wide: None,
+            keys: None,
+        }
     }
 
     #[test]
