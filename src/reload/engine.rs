@@ -575,7 +575,7 @@ impl Engine {
         match used_keys::compare(used, state.keys.as_deref(), self.acted.keys(key)) {
             KeyChange::Untouched => {
                 self.metrics.skipped.with_label_values(&["used_keys_unchanged"]).inc();
-                info!(workload = %workload.key, keys = ?used, "not reloading: the change touched none of the keys it uses");
+                info!(workload = %workload.key, keys = %used, "not reloading: the change touched none of the keys it uses");
                 true
             }
             KeyChange::Changed(changed) => {

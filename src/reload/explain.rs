@@ -325,7 +325,7 @@ impl Explainer<'_> {
 /// Which keys of `resource` the workload reloads for, when it reads only some of them.
 fn used_keys_note(keys: &Keys, workload: &Workload, resource: &ResourceKey) -> Option<String> {
     let used = workload.template.key_uses.as_deref()?.keys(resource.kind, &resource.name)?;
-    let listed = used.iter().map(|k| k.as_ref()).collect::<Vec<&str>>().join(", ");
+    let listed = used.to_string();
     Some(if keys.names_resources(resource.kind, workload) {
         format!("reads keys {listed}, but names resources by annotation: every change of the data counts")
     } else {

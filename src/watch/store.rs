@@ -147,7 +147,7 @@ impl Inner {
         let users = self.refs.get(key).into_iter().flat_map(|set| &set.0);
         let uses = users.filter_map(|w| self.workloads.get(w)?.template.key_uses.as_deref());
         let mut ids: Vec<u64> =
-            uses.flat_map(|u| u.keys(key.kind, &key.name).unwrap_or_default()).map(|k| key_id(k)).collect();
+            uses.filter_map(|u| u.keys(key.kind, &key.name)).flat_map(|k| k.iter()).map(key_id).collect();
         ids.sort_unstable();
         ids.dedup();
         ids
