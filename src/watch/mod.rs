@@ -9,6 +9,7 @@ mod hash;
 mod kind;
 mod metrics;
 mod object;
+mod pod_wire;
 mod resource_map;
 mod server_shards;
 mod snapshot;

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 pub const ANNOTATION: &str = "reloader-fleet.stakater.com/reload-on-used-keys";
 
 use crate::watch::ResourceKind;
-use crate::watch::wire::{WirePodSpec, WireProjection};
+use crate::watch::pod_wire::{WireKeyToPath, WirePodSpec, WireProjection};
 
 /// A data key's id: its name's xxh3-64. Ids, not names, are what the hashes are kept under:
 /// 16 bytes a key, whatever its name's length.
@@ -178,7 +178,7 @@ impl Uses {
         }
     }
 
-    fn keys(items: &[crate::watch::wire::WireKeyToPath]) -> Used {
+    fn keys(items: &[WireKeyToPath]) -> Used {
         if items.is_empty() { Used::Whole } else { Used::Keys(items.iter().map(|i| i.key.clone()).collect()) }
     }
 }
@@ -220,7 +220,7 @@ pub fn key_uses(spec: &WirePodSpec) -> Option<Box<KeyUses>> {
                 _ => Used::Whole,
             }
         };
-        let used = |items: &[crate::watch::wire::WireKeyToPath]| {
+        let used = |items: &[WireKeyToPath]| {
             if items.is_empty() { sub_paths() } else { Uses::keys(items) }
         };
         if let Some(cm) = &volume.config_map {

@@ -172,3 +172,15 @@ fn auto_on_a_declared_kind_with_no_pod_at_its_path_is_found() {
     let deployment = workload_with(&[("reloader.stakater.com/auto", "true")], &[]);
     assert!(workload(&keys, &deployment).is_empty(), "built-in kinds are not checked");
 }
+
+#[test]
+fn the_used_keys_annotation_takes_true_or_false_only() {
+    let keys = Keys::default();
+    let key = crate::watch::used_keys::ANNOTATION;
+    for good in ["true", "false"] {
+        assert!(workload(&keys, &workload_with(&[(key, good)], &[])).is_empty(), "{good}");
+    }
+    let found = workload(&keys, &workload_with(&[(key, "yes")], &[]));
+    assert_eq!(codes(&found), ["not-a-boolean"]);
+    assert!(found[0].message.contains("--reload-on-used-keys decides"), "{}", found[0].message);
+}
