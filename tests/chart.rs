@@ -340,7 +340,7 @@ fn custom_kinds_render_the_file_the_binary_reads_its_mount_and_their_rbac() {
     let kinds = find(&docs, "ConfigMap", "r-reloader-custom-kinds").expect("the kinds ConfigMap");
     let text = kinds["data"]["custom-kinds.yaml"].as_str().expect("custom-kinds.yaml");
     let rows = reloader_fleet::watch::custom_kinds::parse("custom-kinds.yaml", text).expect("the binary reads it");
-    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r.kind, r.group)).collect();
+    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r.kind.as_str(), r.group.as_str())).collect();
     assert_eq!(names, [("Service", "serving.knative.dev"), ("VMAgent", "operator.victoriametrics.com")]);
     let mount = &container(&docs)["volumeMounts"][0];
     assert_eq!((&mount["mountPath"], &mount["readOnly"]), (&json!("/etc/reloader-fleet"), &json!(true)));

@@ -80,8 +80,66 @@ pub fn declare_file(path: &str) -> Result<Vec<WorkloadKind>, DeclareError> {
     declare(&parse(path, &text)?)
 }
 
+/// A declared kind, checked, before it is a row of the kind table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub kind: String,
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pod: Place,
+    restart_field: Option<Vec<String>>,
+}
+
+/// [`PodPlace`], owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    Template(Vec<String>),
+    Split { metadata: Vec<String>, spec: Vec<String> },
+}
+
+impl Row {
+    /// The table row: its strings live as long as the process (declared once, at start-up,
+    /// from at most [`MAX_FILE_BYTES`]), as the built-in rows' do.
+    fn leak(&self) -> KindSpec {
+        let pod = match &self.pod {
+            Place::Template(path) => PodPlace::Template(leak_path(path)),
+            Place::Split { metadata, spec } => PodPlace::Split { metadata: leak_path(metadata), spec: leak_path(spec) },
+        };
+        KindSpec {
+            kind: leak(&self.kind),
+            group: leak(&self.group),
+            version: leak(&self.version),
+            plural: leak(&self.plural),
+            pod,
+            write: WriteMethod::MergePatch,
+            records_in_metadata: false,
+            restart_field: self.restart_field.as_deref().map(leak_path),
+        }
+    }
+
+    /// Whether `spec` is this row (declaring the same file again is no change).
+    fn is(&self, spec: &KindSpec) -> bool {
+        let same = |owned: &[String], path: &[&str]| owned.iter().map(String::as_str).eq(path.iter().copied());
+        let pod = match (&self.pod, spec.pod) {
+            (Place::Template(mine), PodPlace::Template(theirs)) => same(mine, theirs),
+            (Place::Split { metadata, spec: pod_spec }, PodPlace::Split { metadata: m, spec: s }) => {
+                same(metadata, m) && same(pod_spec, s)
+            }
+            _ => false,
+        };
+        let restart = match (&self.restart_field, spec.restart_field) {
+            (Some(mine), Some(theirs)) => same(mine, theirs),
+            (mine, theirs) => mine.is_none() && theirs.is_none(),
+        };
+        pod && restart
+            && (self.kind.as_str(), self.group.as_str(), self.version.as_str(), self.plural.as_str())
+                == (spec.kind, spec.group, spec.version, spec.plural)
+    }
+}
+
 /// The rows `text` declares, checked; nothing is declared yet.
-pub fn parse(path: &str, text: &str) -> Result<Vec<KindSpec>, DeclareError> {
+pub fn parse(path: &str, text: &str) -> Result<Vec<Row>, DeclareError> {
     let parse_error = |reason: String| DeclareError::Parse { path: path.to_string(), reason };
     let file: File = config::Config::builder()
         .add_source(config::File::from_str(text, config::FileFormat::Yaml))
@@ -91,17 +149,17 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<KindSpec>, DeclareError> {
     if file.kinds.len() > MAX_KINDS {
         return Err(DeclareError::TooMany { path: path.to_string(), count: file.kinds.len() });
     }
-    let mut rows: Vec<KindSpec> = Vec::with_capacity(file.kinds.len());
+    let mut rows: Vec<Row> = Vec::with_capacity(file.kinds.len());
     for declaration in file.kinds {
         let invalid =
             |reason: String| DeclareError::Invalid { path: path.to_string(), kind: declaration.kind.clone(), reason };
         let row = row(&declaration).map_err(invalid)?;
-        let taken = WorkloadKind::ALL.iter().map(|k| k.spec()).chain(rows.iter());
-        if let Some(other) = taken.into_iter().find(|o| o.kind.eq_ignore_ascii_case(row.kind)) {
+        let builtin = WorkloadKind::ALL.iter().map(|k| k.spec()).map(|s| (s.kind, s.group, s.version));
+        let declared = rows.iter().map(|r| (r.kind.as_str(), r.group.as_str(), r.version.as_str()));
+        if let Some((kind, group, version)) = builtin.chain(declared).find(|o| o.0.eq_ignore_ascii_case(&row.kind)) {
             return Err(invalid(format!(
-                "the kind name is taken by {}/{} {}: kinds are named by their kind in metrics, Events and \
-                 --ignored-workload-types",
-                other.group, other.version, other.kind
+                "the kind name is taken by {group}/{version} {kind}: kinds are named by their kind in metrics, Events \
+                 and --ignored-workload-types"
             )));
         }
         rows.push(row);
@@ -110,15 +168,15 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<KindSpec>, DeclareError> {
 }
 
 /// Store `rows` as the declared kinds of this process.
-fn declare(rows: &[KindSpec]) -> Result<Vec<WorkloadKind>, DeclareError> {
-    let stored = DECLARED.get_or_init(|| rows.to_vec());
-    if stored != rows {
+fn declare(rows: &[Row]) -> Result<Vec<WorkloadKind>, DeclareError> {
+    let stored = DECLARED.get_or_init(|| rows.iter().map(Row::leak).collect());
+    if stored.len() != rows.len() || !rows.iter().zip(stored).all(|(row, spec)| row.is(spec)) {
         return Err(DeclareError::Redeclared);
     }
     Ok((0..stored.len()).filter_map(|n| u8::try_from(n).ok()).map(WorkloadKind::Custom).collect())
 }
 
-fn row(d: &Declaration) -> Result<KindSpec, String> {
+fn row(d: &Declaration) -> Result<Row, String> {
     let kind_ok = !d.kind.is_empty()
         && d.kind.len() <= 63
         && d.kind.starts_with(|c: char| c.is_ascii_uppercase())
@@ -139,9 +197,9 @@ fn row(d: &Declaration) -> Result<KindSpec, String> {
         return Err(format!("`plural` {:?} must be the lowercase resource name (a DNS label)", d.plural));
     }
     let pod = match (&d.template, &d.pod_metadata, &d.pod_spec) {
-        (Some(template), None, None) => PodPlace::Template(spec_path("template", template)?),
+        (Some(template), None, None) => Place::Template(spec_path("template", template)?),
         (None, Some(metadata), Some(spec)) => {
-            PodPlace::Split { metadata: spec_path("podMetadata", metadata)?, spec: spec_path("podSpec", spec)? }
+            Place::Split { metadata: spec_path("podMetadata", metadata)?, spec: spec_path("podSpec", spec)? }
         }
         _ => return Err("give either `template`, or both `podMetadata` and `podSpec`".into()),
     };
@@ -152,20 +210,18 @@ fn row(d: &Declaration) -> Result<KindSpec, String> {
     if d.restart_field.is_some() && restart_field.is_none() {
         return Err("`restartField` must name a field below `spec`".into());
     }
-    Ok(KindSpec {
-        kind: leak(d.kind.clone()),
-        group: leak(group.to_string()),
-        version: leak(version.to_string()),
-        plural: leak(d.plural.clone()),
+    Ok(Row {
+        kind: d.kind.clone(),
+        group: group.to_string(),
+        version: version.to_string(),
+        plural: d.plural.clone(),
         pod,
-        write: WriteMethod::MergePatch,
-        records_in_metadata: false,
         restart_field,
     })
 }
 
 /// A dotted path that starts at `spec` (`spec.template`), as the steps below `spec`.
-fn spec_path(field: &str, path: &str) -> Result<&'static [&'static str], String> {
+fn spec_path(field: &str, path: &str) -> Result<Vec<String>, String> {
     let steps: Vec<&str> = path.split('.').collect();
     let bad = || {
         format!(
@@ -180,14 +236,16 @@ fn spec_path(field: &str, path: &str) -> Result<&'static [&'static str], String>
     if !steps.iter().all(named) {
         return Err(bad());
     }
-    let below: Vec<&'static str> = steps[1..].iter().map(|s| leak(s.to_string())).collect();
-    Ok(Box::leak(below.into_boxed_slice()))
+    Ok(steps[1..].iter().map(|s| s.to_string()).collect())
 }
 
-/// Declared kinds live as long as the process (read once at start-up, at most
-/// [`MAX_FILE_BYTES`]), as the built-in rows do.
-fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
+fn leak(text: &str) -> &'static str {
+    Box::leak(text.to_string().into_boxed_str())
+}
+
+fn leak_path(path: &[String]) -> &'static [&'static str] {
+    let steps: Vec<&'static str> = path.iter().map(|s| leak(s)).collect();
+    Box::leak(steps.into_boxed_slice())
 }
 
 /// Declare the kinds the unit tests use (Knative's Service as `Custom(0)`, VictoriaMetrics'
@@ -216,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_template_path_or_split_pod_paths_make_rows() {
-        let rows = parse("kinds.yaml", TWO).expect("two kinds");
+        let rows: Vec<KindSpec> = parse("kinds.yaml", TWO).expect("two kinds").iter().map(Row::leak).collect();
         assert_eq!(rows[0].kind, "Service");
         assert_eq!(rows[0].group, "serving.knative.dev");
         assert_eq!(rows[0].pod, PodPlace::Template(&["template"]));
@@ -225,6 +283,9 @@ mod tests {
         assert_eq!(rows[1].pod, PodPlace::Split { metadata: &["podMetadata"], spec: &[] });
         assert_eq!(rows[1].restart_field, Some(&["restartedAt"][..]));
         assert!(rows.iter().all(|r| r.write == WriteMethod::MergePatch));
+        let again = parse("kinds.yaml", TWO).expect("two kinds");
+        assert!(again.iter().zip(&rows).all(|(row, spec)| row.is(spec)), "a row is its table row");
+        assert!(!again[0].is(&rows[1]));
     }
 
     fn error_of(text: &str) -> String {
