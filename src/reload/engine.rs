@@ -432,6 +432,22 @@ impl Engine {
             return Prepared::Post { body, workloads: matched.len(), transition, hash: state.hash, current };
         }
 
+        let writes = self.plan_writes(change, transition, &state, target, current.as_ref());
+        self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
+        Prepared::Writes { writes, transition, hash: state.hash, current: current.map(|s| s.hash) }
+    }
+
+    /// The writes a change needs now, each workload's (those that wait for a window, the
+    /// budget or damping are deferred).
+    fn plan_writes(
+        &mut self,
+        change: &Change,
+        transition: Transition,
+        state: &ResourceState,
+        target: Target,
+        current: Option<&ResourceState>,
+    ) -> Vec<PlannedWrite> {
+        let key = &change.key;
         // Only live updates count towards damping (not a retry or a take-up's reconcile).
         let damping = match (transition, &change.previous) {
             (Transition::Updated, Some(_)) => self.deferred.damping.change(key, Instant::now()),
@@ -444,7 +460,7 @@ impl Engine {
         let mut writes = Vec::new();
         for candidate in self.store.candidates(key) {
             let workload = self.freshest(candidate);
-            if transition == Transition::Updated && self.uses_no_changed_key(key, &state, &workload) {
+            if transition == Transition::Updated && self.uses_no_changed_key(key, state, &workload) {
                 continue;
             }
             let mut window = self.window_for(&workload);
@@ -455,19 +471,18 @@ impl Engine {
                 }
             }
             if window.is_zero() && !self.deferred.has_budget() {
-                match self.plan_one(key, &state, target, &workload) {
+                match self.plan_one(key, state, target, &workload) {
                     Some(patch) => {
                         let patch = self.with_pause(&workload, patch);
                         writes.push(PlannedWrite { workload, patch, sources: vec![(key.clone(), state.hash)] });
                     }
                     None => debug!(workload = %workload.key, "nothing to record"),
                 }
-            } else if self.plan_one(key, &state, target, &workload).is_some() {
-                self.deferred.add(&workload.key, key, current.as_ref().map(|s| s.hash), window);
+            } else if self.plan_one(key, state, target, &workload).is_some() {
+                self.deferred.add(&workload.key, key, current.map(|s| s.hash), window);
             }
         }
-        self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
-        Prepared::Writes { writes, transition, hash: state.hash, current: current.map(|s| s.hash) }
+        writes
     }
 
     /// The outcome of a change whose writes are done (`results`: how each went).
