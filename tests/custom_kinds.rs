@@ -227,11 +227,14 @@ async fn declared_custom_resources_roll_with_both_strategies_at_their_own_paths(
             assert!(web["spec"]["restartedAt"].is_null(), "no restart field where none is declared");
 
             // A new controller replays nothing it has rolled already.
-            let generations = [
-                knative.generation(c, ns, "web").await,
-                vmagent.generation(c, ns, "agent").await,
-                worker.generation(c, ns, "batch").await,
-            ];
+            let generations = || async {
+                [
+                    knative.generation(c, ns, "web").await,
+                    vmagent.generation(c, ns, "agent").await,
+                    worker.generation(c, ns, "batch").await,
+                ]
+            };
+            let before = generations().await;
             controller.stop().await;
             let controller = ctx.start_controller("again", &[flag.as_str()]).await;
             wait_stored(&controller, 3).await;
@@ -240,12 +243,11 @@ async fn declared_custom_resources_roll_with_both_strategies_at_their_own_paths(
             for (declared, name) in [(&knative, "web"), (&vmagent, "agent"), (&worker, "batch")] {
                 declared.wait_reloaded(&ctx, name, Cm, "app-config", &c_hash).await;
             }
-            let after = [
-                knative.generation(c, ns, "web").await,
-                vmagent.generation(c, ns, "agent").await,
-                worker.generation(c, ns, "batch").await,
-            ];
-            assert_eq!(after, generations.map(|g| g + 1), "one write each for the one change after the restart");
+            assert_eq!(
+                generations().await,
+                before.map(|g| g + 1),
+                "one write each for the one change after the restart"
+            );
             controller
         })
         .await;

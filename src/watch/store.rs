@@ -61,7 +61,8 @@ struct Entry {
     baseline: Option<[u8; 8]>,
 }
 
-/// A [`ResourceState`] without its wide hash (kept aside in [`Inner::wide`]).
+/// A [`ResourceState`] without its wide and per-key hashes (kept aside in [`Inner::wide`] and
+/// [`Inner::key_hashes`]).
 #[derive(Clone)]
 struct Slim {
     hash: DataHash,
@@ -341,9 +342,16 @@ impl Writer {
     /// seconds).
     pub fn settle_key_hashes(&self, in_sync: bool) {
         let now = Instant::now();
+        let due = |inner: &Inner| {
+            !inner.unclaimed.is_empty()
+                && (in_sync || inner.settled_at.is_none_or(|at| now.duration_since(at) >= UNCLAIMED_FOR / 8))
+        };
+        // Called after every watch event: the write lock only when there is work.
+        if !due(&self.store.read()) {
+            return;
+        }
         let mut inner = self.write();
-        let due = inner.settled_at.is_none_or(|at| now.duration_since(at) >= UNCLAIMED_FOR / 8);
-        if inner.unclaimed.is_empty() || !(in_sync || due) {
+        if !due(&inner) {
             return;
         }
         inner.settled_at = Some(now);
@@ -550,6 +558,11 @@ mod tests {
         ResourceKey { kind: ResourceKind::ConfigMap, namespace: ns.into(), name: name.into() }
     }
 
+    /// The state of data `data`, no wide or per-key hashes.
+    fn plain(data: &[u8]) -> ResourceState {
+        ResourceState { hash: DataHash::of_bytes(data), ignored: false, search_match: false, wide: None, keys: None }
+    }
+
     fn names(workloads: Vec<Arc<Workload>>) -> Vec<String> {
         workloads.iter().map(|w| w.key.name.to_string()).collect()
     }
@@ -588,13 +601,7 @@ mod tests {
             let map = [("k".to_string(), data.to_vec())].into();
             Some(Box::new(WideHash::of_secret(&map)))
         };
-        let state = |data: &[u8], wide| ResourceState {
-            hash: DataHash::of_bytes(data),
-            ignored: false,
-            search_match: false,
-            wide,
-            keys: None,
-        };
+        let state = |data: &[u8], wide| ResourceState { wide, ..plain(data) };
         writer.apply_resource(cm("a", "s"), state(b"1", wide(b"1")));
         assert_eq!(store.resource(&cm("a", "s")).and_then(|s| s.wide), wide(b"1"));
         let previous = writer.apply_resource(cm("a", "s"), state(b"2", None)).expect("replaced");
@@ -611,13 +618,7 @@ mod tests {
     #[test]
     fn forgetting_a_namespace_drops_its_objects_only() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState {
-            hash: DataHash::of_bytes(b""),
-            ignored: false,
-            search_match: false,
-            wide: None,
-            keys: None,
-        };
+        let state = plain(b"");
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("b", "cm"), state);
         writer.apply_workload(workload("a", "w", &["cm"], &[]));
@@ -631,13 +632,7 @@ mod tests {
     #[test]
     fn a_loaded_resource_keeps_its_baseline_through_updates_and_a_created_one_has_none() {
         let (store, writer) = Store::new(vec![]);
-        let state = |data: &[u8]| ResourceState {
-            hash: DataHash::of_bytes(data),
-            ignored: false,
-            search_match: false,
-            wide: None,
-            keys: None,
-        };
+        let state = plain;
         writer.apply_resource(cm("a", "listed"), state(b"0"));
         writer.apply_resource(cm("a", "listed"), state(b"1"));
         writer.apply_created_resource(cm("a", "created"), state(b"0"));
@@ -653,13 +648,7 @@ mod tests {
     #[test]
     fn a_namespace_counts_while_it_has_a_stored_object() {
         let (store, writer) = Store::new(vec![]);
-        let state = ResourceState {
-            hash: DataHash::of_bytes(b""),
-            ignored: false,
-            search_match: false,
-            wide: None,
-            keys: None,
-        };
+        let state = plain(b"");
         writer.apply_resource(cm("a", "cm"), state.clone());
         writer.apply_resource(cm("a", "cm"), state.clone()); // an update is not a second object
         writer.apply_workload(workload("a", "w", &["cm"], &[]));
