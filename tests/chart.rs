@@ -254,7 +254,7 @@ fn sharding_values_render_the_fleet() {
     let docs = render(
         "reloader: {annotationLint: false, coalesceWindow: 2s, maxRolloutsPerSecond: 50, maxConcurrentRollouts: 5,
           maxConcurrentWrites: 32, flapDampingChanges: 5, flapDampingWindow: 30s, removeOrphanedEnvVars: true,
-          reloadOnUsedKeys: true, hash: sha512-256, http2: false}",
+          removeOrphanedEnvVarsAtOnce: true, reloadOnUsedKeys: true, hash: sha512-256, http2: false}",
     );
     assert_eq!(
         args(&docs),
@@ -268,6 +268,7 @@ fn sharding_values_render_the_fleet() {
             "--flap-damping-changes=5",
             "--hash=sha512-256",
             "--remove-orphaned-env-vars=true",
+            "--remove-orphaned-env-vars-at-once=true",
             "--reload-on-used-keys=true",
             "--flap-damping-window=30s",
             "--http2=false"

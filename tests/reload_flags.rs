@@ -301,6 +301,50 @@ async fn per_namespace_series_go_with_their_namespace() {
     .await;
 }
 
+/// ConfigMaps `kept` and `gone`, read through `envFrom` by the Deployments `auto` (with
+/// `auto`) and `listed` (which names both in its reload list); each change of both recorded,
+/// so every Deployment records a variable for each.
+async fn record_both(ctx: &Ctx, controller: &Controller, auto: &[&str]) {
+    let (c, ns) = (&ctx.client, ctx.ns.as_str());
+    create_configmap(c, ns, "kept", &[("k", "1")]).await;
+    create_configmap(c, ns, "gone", &[("k", "1")]).await;
+    let both = json!([{ "configMapRef": { "name": "kept" } }, { "configMapRef": { "name": "gone" } }]);
+    for name in auto {
+        Workload::new(Kind::Deployment, name)
+            .auto()
+            .container(json!({ "name": "app", "envFrom": both }))
+            .create(c, ns)
+            .await;
+    }
+    Workload::new(Kind::Deployment, "listed")
+        .annotate("configmap.reloader.stakater.com/reload", "kept,gone")
+        .container(json!({ "name": "app", "envFrom": both }))
+        .create(c, ns)
+        .await;
+    wait_stored(controller, auto.len() + 1).await;
+    for name in ["gone", "kept"] {
+        patch_configmap(c, ns, name, json!({ "data": { "k": "2" } })).await;
+        for workload in auto.iter().chain(&["listed"]) {
+            ctx.wait_reloaded(Kind::Deployment, workload, Cm, name, &cm_hash(&[("k", "2")])).await;
+        }
+    }
+}
+
+/// Make the Deployment's container take `kept` alone in `envFrom` (an edit of the user's,
+/// which rolls it by itself; a strategic merge keeps the rest, variables included); returns
+/// the generation the edit left.
+async fn drop_reference(c: &kube::Client, ns: &str, workload: &str) -> i64 {
+    let only_kept = json!({ "spec": { "template": { "spec": { "containers": [
+        { "name": "app", "envFrom": [{ "configMapRef": { "name": "kept" } }] }
+    ] } } } });
+    let patched = Kind::Deployment
+        .api(c, ns)
+        .patch(workload, &PatchParams::default(), &Patch::Strategic(only_kept))
+        .await
+        .expect("drop the reference");
+    patched.metadata.generation.expect("a Deployment has a generation")
+}
+
 /// `--remove-orphaned-env-vars`: once a Deployment stops using a ConfigMap, its next reload
 /// write (for another ConfigMap) also removes the old `STAKATER_*` variable; dropping the
 /// reference alone writes nothing, and a workload naming resources in a reload list keeps
@@ -309,43 +353,21 @@ async fn per_namespace_series_go_with_their_namespace() {
 async fn orphaned_env_vars_leave_with_the_next_reload_write_and_never_roll_on_their_own() {
     scenario("orphans", Strategy::EnvVars, &["--remove-orphaned-env-vars"], |ctx, controller| async move {
         let (c, ns) = (&ctx.client, ctx.ns.as_str());
-        create_configmap(c, ns, "kept", &[("k", "1")]).await;
-        create_configmap(c, ns, "gone", &[("k", "1")]).await;
-        let both = json!([{ "configMapRef": { "name": "kept" } }, { "configMapRef": { "name": "gone" } }]);
-        Workload::new(Kind::Deployment, "web")
-            .auto()
-            .container(json!({ "name": "app", "envFrom": both }))
-            .create(c, ns)
-            .await;
-        Workload::new(Kind::Deployment, "listed")
-            .annotate("configmap.reloader.stakater.com/reload", "kept,gone")
-            .container(json!({ "name": "app", "envFrom": both }))
-            .create(c, ns)
-            .await;
-        wait_stored(&controller, 2).await;
-        for (value, name) in [("2", "kept"), ("2", "gone")] {
-            patch_configmap(c, ns, name, json!({ "data": { "k": value } })).await;
-            for workload in ["web", "listed"] {
-                ctx.wait_reloaded(Kind::Deployment, workload, Cm, name, &cm_hash(&[("k", value)])).await;
-            }
-        }
-        // Both stop using "gone" (a change of the user's, which rolls them by itself).
-        let only_kept = json!({ "spec": { "template": { "spec": { "containers": [
-            { "name": "app", "envFrom": [{ "configMapRef": { "name": "kept" } }] }
-        ] } } } });
-        for workload in ["web", "listed"] {
-            let api = Kind::Deployment.api(c, ns);
-            let mut d = api.get(workload).await.expect("get");
-            d.data["spec"]["template"]["spec"]["containers"][0]["envFrom"] =
-                only_kept["spec"]["template"]["spec"]["containers"][0]["envFrom"].clone();
-            api.replace(workload, &Default::default(), &d).await.expect("drop the reference");
-        }
-        let dropped = generation(c, ns, Kind::Deployment, "web").await;
+        record_both(&ctx, &controller, &["web"]).await;
+        // Both stop using "gone".
+        drop_reference(c, ns, "listed").await;
+        let dropped = drop_reference(c, ns, "web").await;
         wait_for("the controller to see that web no longer uses gone", || async {
             let report = controller.get(&format!("/explain/{ns}/deployment/web")).await;
             (report.contains("\"resource\":\"kept\"") && !report.contains("\"resource\":\"gone\"")).then_some(())
         })
         .await;
+        let report = controller.get(&format!("/explain/{ns}/deployment/web")).await;
+        assert!(
+            report
+                .contains("STAKATER_GONE_CONFIGMAP of resources it no longer uses: removed with its next reload write"),
+            "explain names the orphan and its fate: {report}"
+        );
         // Nothing is written for the orphan alone.
         patch_configmap(c, ns, "gone", json!({ "data": { "k": "3" } })).await;
         patch_configmap(c, ns, "kept", json!({ "data": { "k": "3" } })).await;
@@ -357,6 +379,67 @@ async fn orphaned_env_vars_leave_with_the_next_reload_write_and_never_roll_on_th
             recorded_env(c, ns, Kind::Deployment, "listed", Cm, "gone").await.is_some(),
             "a workload naming resources keeps every variable"
         );
+        controller
+    })
+    .await;
+}
+
+/// `--remove-orphaned-env-vars-at-once`: a Deployment edited to stop using a ConfigMap loses
+/// its `STAKATER_*` variable in one write of its own, with no ConfigMap change, and says so
+/// in an Event; the variable of the resource still used stays; a workload naming resources in
+/// a reload list keeps every variable; an edit made while no controller ran is cleaned up once
+/// the next one takes the namespace up, and nothing else is written.
+#[tokio::test]
+async fn orphaned_env_vars_leave_at_once_when_asked() {
+    const FLAG: &str = "--remove-orphaned-env-vars-at-once";
+    scenario("orphans-now", Strategy::EnvVars, &[FLAG], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        record_both(&ctx, &controller, &["web", "later"]).await;
+        let later = generation(c, ns, Kind::Deployment, "later").await;
+        // The listed Deployment's edit first: the engine hears of edits in order, so once web
+        // is cleaned up, listed's was looked at.
+        let listed = drop_reference(c, ns, "listed").await;
+        let web = drop_reference(c, ns, "web").await;
+        wait_for("web's orphaned variable to go", || async {
+            recorded_env(c, ns, Kind::Deployment, "web", Cm, "gone").await.is_none().then_some(())
+        })
+        .await;
+        let removals = "reloader_orphaned_env_var_removals_total{result=\"success\"}";
+        wait_for("the removal to be counted", || async { (controller.metric(removals).await == 1.0).then_some(()) })
+            .await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, web + 1, "one write of its own");
+        assert!(recorded_env(c, ns, Kind::Deployment, "web", Cm, "kept").await.is_some(), "the used one stays");
+        assert_eq!(generation(c, ns, Kind::Deployment, "listed").await, listed, "a listing workload is not written");
+        assert!(recorded_env(c, ns, Kind::Deployment, "listed", Cm, "gone").await.is_some());
+        assert_eq!(generation(c, ns, Kind::Deployment, "later").await, later, "an unedited workload is not written");
+        let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), ns);
+        wait_for("the removal's Event", || async {
+            let listed = events.list(&Default::default()).await.ok()?;
+            listed
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("OrphanedEnvVarsRemoved")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+                })
+                .then_some(())
+        })
+        .await;
+
+        // Edited while no controller runs: the next one removes the variable once it takes the
+        // namespace up.
+        controller.stop().await;
+        let later = drop_reference(c, ns, "later").await;
+        let controller = ctx.start_controller("restarted", &[FLAG]).await;
+        wait_for("later's orphaned variable to go", || async {
+            recorded_env(c, ns, Kind::Deployment, "later", Cm, "gone").await.is_none().then_some(())
+        })
+        .await;
+        wait_for("the removal to be counted", || async { (controller.metric(removals).await == 1.0).then_some(()) })
+            .await;
+        assert_eq!(generation(c, ns, Kind::Deployment, "later").await, later + 1, "one write of its own");
+        assert_eq!(generation(c, ns, Kind::Deployment, "web").await, web + 1, "web is not written again");
+        assert_eq!(generation(c, ns, Kind::Deployment, "listed").await, listed, "listed is not written");
         controller
     })
     .await;

@@ -412,7 +412,7 @@ impl InProcess {
             reload_on_create: true,
             reload_on_delete: false,
             sync_after_restart: false,
-            remove_orphaned_env_vars: false,
+            orphaned_env_vars: reloader_fleet::reload::OrphanedEnvVars::Keep,
             checkpoint_namespace: ns.to_string(),
             checkpoint_name: checkpoint.to_string(),
             ring: Arc::new(Ring::new(shards).expect("a ring")),
@@ -428,7 +428,7 @@ impl InProcess {
         let (active_tx, active) = watch::channel(BTreeSet::new());
         let (reconciled_tx, reconciled) = watch::channel(false);
         let shutdown = CancellationToken::new();
-        let inputs = Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx };
+        let inputs = Inputs { store, changes: changes_rx, synced: synced_rx, owned: owned_rx, edits: None };
         let outputs =
             Outputs { reconciled: reconciled_tx, active: active_tx, alerts: None, damped: Default::default() };
         let task = tokio::spawn(reload::run(client, config, inputs, metrics.clone(), outputs, shutdown.clone()));

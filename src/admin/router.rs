@@ -227,6 +227,7 @@ mod tests {
                     kinds: WorkloadKind::ALL.to_vec(),
                     resources: vec![crate::watch::ResourceKind::ConfigMap],
                     damping: None,
+                    orphaned_env_vars: Default::default(),
                 },
                 damped: Default::default(),
             },

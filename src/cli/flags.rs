@@ -37,6 +37,11 @@ pub struct ReloadFlags {
     /// as Reloader does.
     #[arg(long, env = "REMOVE_ORPHANED_ENV_VARS", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
     pub remove_orphaned_env_vars: bool,
+    /// Remove those STAKATER_* env vars at once: a workload edited to stop referencing a
+    /// ConfigMap or Secret gets a write of its own (one rollout, within the rollout budget).
+    /// Implies --remove-orphaned-env-vars.
+    #[arg(long, env = "REMOVE_ORPHANED_ENV_VARS_AT_ONCE", value_parser = go_bool, num_args = 0..=1, default_missing_value = "true", default_value = "false", global = true)]
+    pub remove_orphaned_env_vars_at_once: bool,
     /// A workload that reads only some keys of a ConfigMap or Secret (configMapKeyRef,
     /// secretKeyRef, volume items, subPath) reloads only when one of those keys changes;
     /// envFrom and whole-volume mounts keep whole-object reloads. The workload annotation

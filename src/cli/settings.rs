@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use super::values::{csv_items, parse_addr, parse_url};
 use super::{Args, Command};
 use crate::reload::duration::GoDuration;
-use crate::reload::{AlertConfig, FlapDamping, Keys, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
+use crate::reload::{AlertConfig, FlapDamping, Keys, OrphanedEnvVars, Pacing, ROLLOUT_STRATEGY, Sink, Strategy};
 use crate::shard::{LabelSelector, NamespaceFilter, Placement, is_dns_label};
 use crate::watch::{HashForm, WorkloadKind};
 
@@ -84,7 +84,7 @@ pub struct ReloadSettings {
     pub reload_on_create: bool,
     pub reload_on_delete: bool,
     pub sync_after_restart: bool,
-    pub remove_orphaned_env_vars: bool,
+    pub orphaned_env_vars: OrphanedEnvVars,
     /// `--reload-on-used-keys`: the compactor finds the keys each workload uses.
     pub reload_on_used_keys: bool,
     /// Webhook-only mode (`--webhook-url`): POST here instead of writing any workload.
@@ -266,7 +266,11 @@ impl Args {
             reload_on_create: flags.reload_on_create == "true",
             reload_on_delete: flags.reload_on_delete == "true",
             sync_after_restart: flags.sync_after_restart,
-            remove_orphaned_env_vars: flags.remove_orphaned_env_vars,
+            orphaned_env_vars: match (flags.remove_orphaned_env_vars_at_once, flags.remove_orphaned_env_vars) {
+                (true, _) => OrphanedEnvVars::AtOnce,
+                (false, true) => OrphanedEnvVars::WithNextWrite,
+                (false, false) => OrphanedEnvVars::Keep,
+            },
             reload_on_used_keys: flags.reload_on_used_keys,
             webhook_url,
             checkpoint_name: flags.checkpoint_name.clone(),

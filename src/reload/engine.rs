@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use crate::reload::alert::{Alert, Sink};
 use crate::reload::checkpoint::{ShortHash, short};
 use crate::reload::events::{Events, WritesOut};
-use crate::reload::strategy::{self, Item, Strategy, Target};
+use crate::reload::strategy::{self, Item, OrphanedEnvVars, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
 use crate::reload::{Keys, Metrics, Mode, Options, Rules, merge_patch, pause_patch, resume_patch};
@@ -36,6 +36,7 @@ use used_keys::KeyChange;
 mod acted;
 mod damping;
 mod deferred;
+mod orphans;
 mod pipeline;
 mod report;
 mod retry;
@@ -69,9 +70,9 @@ pub struct Config {
     pub reload_on_delete: bool,
     /// `--sync-after-restart`: with reload-on-create, every resource counts as created at start.
     pub sync_after_restart: bool,
-    /// `--remove-orphaned-env-vars`: a reload write also removes the `STAKATER_*` variables of
-    /// resources the workload no longer references.
-    pub remove_orphaned_env_vars: bool,
+    /// What becomes of the `STAKATER_*` variables of resources a workload no longer
+    /// references (`--remove-orphaned-env-vars`, `--remove-orphaned-env-vars-at-once`).
+    pub orphaned_env_vars: OrphanedEnvVars,
     /// Where the checkpoint ConfigMaps live; one per shard, named `<checkpoint_name>-shard-<n>`
     /// (just `<checkpoint_name>` with a single shard).
     pub checkpoint_namespace: String,
@@ -144,6 +145,9 @@ pub struct Inputs {
     /// The shards this replica may act on now, straight from the lease room: a shard is taken
     /// up only while it is still owned, however late the watches catch up.
     pub owned: watch::Receiver<BTreeSet<u32>>,
+    /// With `--remove-orphaned-env-vars-at-once`: workloads recording a variable that were
+    /// edited, from the watch task (unbounded: one key per such edit, drained at once).
+    pub edits: Option<mpsc::UnboundedReceiver<WorkloadKey>>,
 }
 
 /// What the engine tells the others. The engine is the only sender of both.
@@ -218,7 +222,7 @@ pub async fn run(
     outputs: Outputs,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let Inputs { store, mut changes, mut synced, mut owned } = inputs;
+    let Inputs { store, mut changes, mut synced, mut owned, mut edits } = inputs;
     let Outputs { reconciled, active, alerts, damped } = outputs;
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
@@ -284,6 +288,7 @@ pub async fn run(
                 let observed = engine.store.resource(&key).map(|s| s.hash);
                 engine.enqueue(Change { key, observed, previous: None, cause: Cause::Event }, None);
             }
+            Some(key) = next_edit(&mut edits) => engine.check_orphans(&key),
             // Writes that landed free what waits for them.
             Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
             // Changes already queued first (they are older than the channel's).
@@ -315,6 +320,14 @@ async fn saving_done(saving: &mut Option<Saving>) -> Option<(Saving, Result<Save
         None => std::future::pending().await,
     };
     Some((saving.take()?, done))
+}
+
+/// The next edited workload from the watches (never, without that channel).
+async fn next_edit(edits: &mut Option<mpsc::UnboundedReceiver<WorkloadKey>>) -> Option<WorkloadKey> {
+    match edits {
+        Some(edits) => edits.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn far_future() -> Instant {
@@ -612,17 +625,11 @@ impl Engine {
             Ok(None) => {}
             Err(problem) => self.report_problems(workload, &[problem]),
         }
-        if self.config.remove_orphaned_env_vars {
-            let keys = self.rules.keys();
-            let named = [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass]
-                .map(|kind| keys.for_kind(kind).explicit)
-                .into_iter()
-                .chain([keys.search.as_str()])
-                .any(|key| workload.annotations.contains_key(key) || workload.template.annotations.contains_key(key));
-            if let Some(orphans) = strategy::orphaned_env_vars(workload, named) {
-                debug!(workload = %workload.key, "removing env vars of resources no longer referenced");
-                merge_patch(&mut patch, orphans);
-            }
+        if self.config.orphaned_env_vars != OrphanedEnvVars::Keep
+            && let Some(orphans) = self.orphans_of(workload)
+        {
+            debug!(workload = %workload.key, variables = ?orphans.names, "removing env vars of resources no longer referenced");
+            merge_patch(&mut patch, orphans.patch);
         }
         self.metrics.workloads_matched.with_label_values(&[workload.key.kind.kind()]).inc();
         patch
@@ -637,6 +644,10 @@ impl Engine {
         result: crate::reload::write::WriteResult,
         took: Duration,
     ) -> WriteResult {
+        // Recording nothing: orphaned variables removed at once.
+        if sources.is_empty() {
+            return self.removed(workload, result);
+        }
         let kind = workload.key.kind.kind();
         self.metrics.action_latency.with_label_values(&[kind]).observe(took.as_secs_f64());
         match result {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::reload::lint::{self, Finding};
-use crate::reload::strategy::{self, Strategy};
+use crate::reload::strategy::{self, OrphanedEnvVars, Strategy};
 use crate::reload::{Damped, FlapDamping, Keys, Mode, Problem, Rule, Rules};
 use crate::watch::{Reference, ResourceKey, ResourceKind, ResourceState, Store, Workload, WorkloadKey, WorkloadKind};
 
@@ -30,6 +30,8 @@ pub struct Scope {
     pub resources: Vec<ResourceKind>,
     /// `--flap-damping-changes` and `--flap-damping-window`, when on.
     pub damping: Option<FlapDamping>,
+    /// `--remove-orphaned-env-vars` and `--remove-orphaned-env-vars-at-once`.
+    pub orphaned_env_vars: OrphanedEnvVars,
 }
 
 /// Where the namespace stands: selected or not, and in a fleet who serves it.
@@ -95,6 +97,10 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// The annotation lint's findings on the workload (misspelt keys, `match` on a workload...).
     pub findings: Vec<Finding>,
+    /// The `STAKATER_*` variables the workload records for resources it no longer references,
+    /// and what becomes of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphaned: Option<String>,
 }
 
 impl Report {
@@ -127,6 +133,7 @@ impl Report {
             pairs: Vec::new(),
             problems: Vec::new(),
             findings: Vec::new(),
+            orphaned: None,
         }
     }
 }
@@ -223,6 +230,11 @@ impl Explainer<'_> {
             }
         }
         report.problems = problems.into_iter().collect();
+        let named = self.rules.keys().names_any_resource(&workload);
+        if let Some(orphans) = strategy::orphaned_env_vars(&workload, named) {
+            let fate = scope.orphaned_env_vars.fate();
+            report.orphaned = Some(format!("{} of resources it no longer uses: {fate}", orphans.names.join(", ")));
+        }
         report
     }
 
@@ -476,6 +488,9 @@ pub fn text(report: &Report) -> String {
             }
         }
     }
+    if let Some(orphaned) = &report.orphaned {
+        let _ = writeln!(out, "  orphaned env vars: {orphaned}");
+    }
     for problem in &report.problems {
         let _ = writeln!(out, "  unusable annotation {}={:?}: {}", problem.annotation, problem.value, problem.reason);
     }
@@ -496,6 +511,7 @@ mod tests {
             kinds: vec![WorkloadKind::Deployment],
             resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret],
             damping: None,
+            orphaned_env_vars: OrphanedEnvVars::Keep,
         }
     }
 

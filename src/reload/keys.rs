@@ -99,6 +99,15 @@ impl Keys {
             .any(|k| workload.annotations.contains_key(k) || workload.template.annotations.contains_key(k))
     }
 
+    /// Whether `workload` names resources of any kind by annotation: then no variable it
+    /// records is known to be orphaned (a name in a list, or a pattern, needs no reference).
+    pub fn names_any_resource(&self, workload: &crate::watch::Workload) -> bool {
+        use crate::watch::ResourceKind;
+        [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass]
+            .into_iter()
+            .any(|kind| self.names_resources(kind, workload))
+    }
+
     /// Workload annotation keys the stores keep; every other annotation is dropped on arrival.
     pub fn workload_keys(&self) -> Vec<String> {
         vec![

@@ -54,6 +54,9 @@ pub struct Held {
     pub damped_resources: IntGauge,
     /// `reloader_damped_changes_total`: changes whose writes flap damping held back.
     pub damped_changes: IntCounter,
+    /// `reloader_orphaned_env_var_removals_total{result}`: writes of their own that removed
+    /// variables of resources no longer referenced (`--remove-orphaned-env-vars-at-once`).
+    pub orphan_removals: IntCounterVec,
 }
 
 impl Held {
@@ -68,8 +71,17 @@ impl Held {
             "Changes of resources changing too often, written with the flap damping window",
         )?;
         registry.register(Box::new(damped_changes.clone()))?;
+        let orphan_removals = IntCounterVec::new(
+            Opts::new(
+                "reloader_orphaned_env_var_removals_total",
+                "Writes of their own removing env vars of resources no longer referenced, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(orphan_removals.clone()))?;
         Ok(Held {
             damped_changes,
+            orphan_removals,
             shards_active: gauge("reloader_shards_active", "Shards the engine has taken up and acts on")?,
             deferred_writes: gauge(
                 "reloader_deferred_writes",

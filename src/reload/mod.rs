@@ -37,6 +37,7 @@ pub use rules::{
     target_container,
 };
 pub use strategy::{
-    Item, ReloadSource, Strategy, Target, apply_strategic, delete_marker, orphaned_env_vars, plan, plan_all,
+    Item, OrphanedEnvVars, ReloadSource, Strategy, Target, apply_strategic, delete_marker, orphaned_env_vars, plan,
+    plan_all,
 };
 pub use webhook::Webhook;

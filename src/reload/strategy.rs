@@ -243,12 +243,44 @@ fn records_in_metadata(workload: &Workload) -> bool {
     workload.key.kind.spec().records_in_metadata || workload.workload_ref.is_some()
 }
 
+/// What becomes of the `STAKATER_*` variable of a resource a workload stopped referencing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OrphanedEnvVars {
+    /// Kept, as Reloader keeps it.
+    #[default]
+    Keep,
+    /// Removed with the workload's next reload write: never a rollout of its own.
+    WithNextWrite,
+    /// Removed at once (one write, so one rollout, of its own), and with any reload write.
+    AtOnce,
+}
+
+impl OrphanedEnvVars {
+    /// What becomes of them, as `explain` says it.
+    pub fn fate(self) -> &'static str {
+        match self {
+            OrphanedEnvVars::Keep => "kept, as Reloader keeps them (--remove-orphaned-env-vars removes them)",
+            OrphanedEnvVars::WithNextWrite => "removed with its next reload write (--remove-orphaned-env-vars)",
+            OrphanedEnvVars::AtOnce => "removed at once, in a write of its own (--remove-orphaned-env-vars-at-once)",
+        }
+    }
+}
+
+/// The `STAKATER_*` env vars a workload records for resources it no longer references.
+#[derive(Debug, PartialEq)]
+pub struct Orphans {
+    /// Their removal, as a strategic-merge patch of the pod template.
+    pub patch: Value,
+    /// Their names, for the log.
+    pub names: Vec<String>,
+}
+
 /// `--remove-orphaned-env-vars`: the `STAKATER_*` env vars this controller recorded for
-/// resources the pod template no longer references, as strategic-merge deletions to add to the
-/// workload's next reload write (`None`: none). A workload whose annotations name resources
-/// (a `.../reload` list, `search`) keeps every variable: a name in a list (or a pattern) needs
-/// no reference in the template, so no variable is known to be an orphan.
-pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<Value> {
+/// resources the pod template no longer references, and their removal (`None`: none). A
+/// workload whose annotations name resources (a `.../reload` list, `search`) keeps every
+/// variable: a name in a list (or a pattern) needs no reference in the template, so no
+/// variable is known to be an orphan.
+pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<Orphans> {
     if names_resources || records_in_metadata(workload) {
         return None;
     }
@@ -256,6 +288,7 @@ pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<V
         workload.template.references().map(|(kind, name)| env_var_name(name, *kind)).collect();
     let suffixes = [ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass]
         .map(|k| format!("_{}", k.type_suffix()));
+    let mut names = Vec::new();
     let containers: Vec<Value> = workload
         .template
         .containers
@@ -266,12 +299,16 @@ pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<V
                 .iter()
                 .map(|(var, _)| var)
                 .filter(|var| suffixes.iter().any(|s| var.ends_with(s.as_str())) && !referenced.contains(*var))
-                .map(|var| json!({ "name": var, "$patch": "delete" }))
+                .map(|var| {
+                    names.push(var.clone());
+                    json!({ "name": var, "$patch": "delete" })
+                })
                 .collect();
             (!orphans.is_empty()).then(|| json!({ "name": c.name, "env": orphans }))
         })
         .collect();
-    (!containers.is_empty()).then(|| json!({ "spec": { "template": { "spec": { "containers": containers } } } }))
+    (!containers.is_empty())
+        .then(|| Orphans { patch: json!({ "spec": { "template": { "spec": { "containers": containers } } } }), names })
 }
 
 /// The key of one resource in the metadata record: `CONFIGMAP/name`.
@@ -424,10 +461,13 @@ mod tests {
         w.template.containers[0].recorded = vec![("STAKATER_DB_SECRET".into(), "c".into())];
         assert_eq!(
             orphaned_env_vars(&w, false),
-            Some(json!({ "spec": { "template": { "spec": { "containers": [
-                { "name": "sidecar", "env": [ { "name": "STAKATER_DB_SECRET", "$patch": "delete" } ] },
-                { "name": "app", "env": [ { "name": "STAKATER_GONE_CONFIGMAP", "$patch": "delete" } ] }
-            ] } } } }))
+            Some(Orphans {
+                patch: json!({ "spec": { "template": { "spec": { "containers": [
+                    { "name": "sidecar", "env": [ { "name": "STAKATER_DB_SECRET", "$patch": "delete" } ] },
+                    { "name": "app", "env": [ { "name": "STAKATER_GONE_CONFIGMAP", "$patch": "delete" } ] }
+                ] } } } }),
+                names: vec!["STAKATER_DB_SECRET".into(), "STAKATER_GONE_CONFIGMAP".into()],
+            })
         );
         assert_eq!(orphaned_env_vars(&w, true), None, "a workload naming resources keeps every variable");
         w.template.containers[0].recorded.clear();

@@ -35,7 +35,13 @@ impl Watched {
 
     /// What explain decides with.
     pub fn scope(&self, strategy: Strategy) -> Scope {
-        Scope { strategy, kinds: self.workload_kinds.clone(), resources: self.resources(), damping: None }
+        Scope {
+            strategy,
+            kinds: self.workload_kinds.clone(),
+            resources: self.resources(),
+            damping: None,
+            orphaned_env_vars: Default::default(),
+        }
     }
 
     /// Every collection the watches open.

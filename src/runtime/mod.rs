@@ -161,7 +161,11 @@ impl Runtime {
             explain: admin::ExplainSettings {
                 keys: engine_config.keys.clone(),
                 options: engine_config.options.clone(),
-                scope: Scope { damping: engine_config.pacing.flap_damping, ..watched.scope(engine_config.strategy) },
+                scope: Scope {
+                    damping: engine_config.pacing.flap_damping,
+                    orphaned_env_vars: engine_config.orphaned_env_vars,
+                    ..watched.scope(engine_config.strategy)
+                },
                 damped: damped.clone(),
             },
         }));
@@ -179,11 +183,19 @@ impl Runtime {
             None
         };
         let (owned, background) = (shards.watched, shards.background);
-        let links = watch::Links { owned, background, changes: changes_tx, synced: synced_tx, lint };
+        // Edited workloads for the engine to check for orphaned variables.
+        let (edits_tx, edits_rx) = if engine_config.orphaned_env_vars == reload::OrphanedEnvVars::AtOnce {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let links = watch::Links { owned, background, changes: changes_tx, synced: synced_tx, lint, edits: edits_tx };
         let watching = watch::run(client.clone(), watch_config, writer, watch_metrics, links, shutdown.clone());
         tasks.spawn("watch", async move { Ok(watching.await?) });
         start_meta_info(&mut tasks, &settings, &client, active_rx);
-        let inputs = reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: shards.held };
+        let inputs =
+            reload::Inputs { store, changes: changes_rx, synced: synced_rx, owned: shards.held, edits: edits_rx };
         let outputs = reload::Outputs { reconciled: reconciled_tx, active: active_tx, alerts, damped };
         let engine = reload::run(client, engine_config, inputs, reload_metrics, outputs, shutdown);
         tasks.spawn("reload", async move { Ok(engine.await?) });
@@ -362,7 +374,7 @@ async fn engine_config(
         reload_on_create: r.reload_on_create,
         reload_on_delete: r.reload_on_delete,
         sync_after_restart: r.sync_after_restart,
-        remove_orphaned_env_vars: r.remove_orphaned_env_vars,
+        orphaned_env_vars: r.orphaned_env_vars,
         checkpoint_namespace,
         checkpoint_name: r.checkpoint_name.clone(),
         reporter: reporter(settings),

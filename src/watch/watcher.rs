@@ -28,7 +28,7 @@ use crate::watch::csi::CsiState;
 use crate::watch::wire::{Compactor, SlimConfigMap, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus};
 use crate::watch::{
     Annotations, Cause, Change, Metrics, ResourceKey, ResourceKind, ResourceState, ServerShards, Stored, Workload,
-    WorkloadKind, Writer, looks_like_reloader,
+    WorkloadKey, WorkloadKind, Writer, looks_like_reloader,
 };
 
 mod bridge;
@@ -95,6 +95,9 @@ pub struct Links {
     /// Objects for the annotation lint (`None`: lint off). Never waited on: a full queue
     /// drops the message.
     pub lint: Option<mpsc::Sender<Stored>>,
+    /// Workloads that record a `STAKATER_*` variable and were edited (a reference dropped,
+    /// annotations changed), for the engine to look for orphaned variables (`None`: off).
+    pub edits: Option<mpsc::UnboundedSender<WorkloadKey>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +209,7 @@ pub async fn run(
     links: Links,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let Links { mut owned, background, changes, synced, lint } = links;
+    let Links { mut owned, background, changes, synced, lint, edits } = links;
     // Where the watches decode every object of the cluster anyway (cluster-wide, not filtered
     // by the API server, whose filtering was probed before this task starts), they keep other
     // replicas' shards too. CSI pod statuses are folded as they arrive, so with CSI a gained
@@ -217,7 +220,7 @@ pub async fn run(
         config,
         writer,
         metrics,
-        out: Out { changes, lint },
+        out: Out { changes, lint, edits },
         namespaces: Namespaces::default(),
         streams: Streams {
             running: HashMap::new(),
@@ -343,6 +346,7 @@ struct WatchTask {
 struct Out {
     changes: mpsc::Sender<Change>,
     lint: Option<mpsc::Sender<Stored>>,
+    edits: Option<mpsc::UnboundedSender<WorkloadKey>>,
 }
 
 #[derive(Default)]
@@ -511,16 +515,13 @@ impl WatchTask {
                     return;
                 }
                 self.stream(stream).saw(&w.key.namespace, &w.key.name);
-                if self.out.lint.is_some() {
-                    let before = self.writer.store().workload(&w.key);
-                    let changed = before.is_none_or(|b| {
-                        b.annotations != w.annotations || b.template.annotations != w.template.annotations
-                    });
-                    if changed && (!w.annotations.is_empty() || !w.template.annotations.is_empty()) {
-                        self.to_lint(Stored::Workload(w.key.clone()));
-                    }
-                }
+                let edited = self.workload_edited(&w).then(|| w.key.clone());
                 self.writer.apply_workload(w);
+                // After the store has the edit: the engine reads the workload from there.
+                if let (Some(key), Some(edits)) = (edited, &self.out.edits) {
+                    // Only the engine's end of the channel is dropped, when it stops.
+                    let _ = edits.send(key);
+                }
             }
             WatchEvent::Delete(Some(w)) => {
                 self.standby.remove_workload(&w.key);
@@ -539,6 +540,26 @@ impl WatchTask {
                 }
             }
         }
+    }
+
+    /// Before `w` replaces the stored version: tell the lint about annotations that changed;
+    /// true if the engine is to hear of it: it records a variable and dropped a reference or
+    /// changed annotations (the variable may be orphaned now).
+    fn workload_edited(&self, w: &Workload) -> bool {
+        if self.out.lint.is_none() && self.out.edits.is_none() {
+            return false;
+        }
+        let before = self.writer.store().workload(&w.key);
+        let annotated = before
+            .as_ref()
+            .is_none_or(|b| b.annotations != w.annotations || b.template.annotations != w.template.annotations);
+        if annotated && (!w.annotations.is_empty() || !w.template.annotations.is_empty()) {
+            self.to_lint(Stored::Workload(w.key.clone()));
+        }
+        let Some(before) = before.filter(|_| self.out.edits.is_some()) else { return false };
+        let records = w.template.containers.iter().any(|c| !c.recorded.is_empty());
+        let dropped = || before.template.references().any(|r| !w.template.references().any(|now| now == r));
+        records && (annotated || dropped())
     }
 
     /// Tell the lint about a stored resource with annotations that look like Reloader's.

@@ -213,6 +213,16 @@ impl Deferred {
         Some((workload, items))
     }
 
+    /// `workload` needs a write with nothing to record (orphaned variables to remove): ready
+    /// now, unless a write of it is pending anyway (that one removes them).
+    pub(super) fn clean(&mut self, workload: WorkloadKey) {
+        if self.pending.contains_key(&workload) {
+            return;
+        }
+        self.pending.insert(workload.clone(), BTreeSet::new());
+        self.make_ready(workload);
+    }
+
     /// `workload` was due while a write of it is in flight: it waits for [`Self::unpark`].
     pub(super) fn park(&mut self, workload: WorkloadKey, items: BTreeSet<ResourceKey>) {
         self.pending.entry(workload.clone()).or_default().extend(items);
@@ -310,6 +320,21 @@ mod tests {
         let released = d.done(&w("a", "web"), &items);
         assert_eq!(released.len(), 2);
         assert!(!d.is_held(&r("a", "config")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removal_alone_takes_the_budget_and_never_doubles_a_pending_write() {
+        let mut d = Deferred::new(Some(1.0), None);
+        d.clean(w("a", "web"));
+        d.clean(w("a", "web"));
+        let (workload, items) = d.next(Instant::now()).expect("ready at once");
+        assert_eq!((workload, items.len()), (w("a", "web"), 0), "one write, recording nothing");
+        assert!(d.next(Instant::now()).is_none(), "asked twice, written once");
+        d.add(&w("a", "api"), &r("a", "config"), None, Duration::from_secs(5));
+        d.clean(w("a", "api"));
+        assert!(d.wake_at(Instant::now()).is_none(), "the coalesced write pending carries the removal");
+        d.clean(w("a", "db"));
+        assert_eq!(d.wake_at(Instant::now()), Some(Instant::now() + Duration::from_secs(1)), "within the budget");
     }
 
     #[tokio::test(start_paused = true)]

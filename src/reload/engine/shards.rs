@@ -362,6 +362,7 @@ impl Engine {
         for (change, forced) in work {
             self.enqueue(change, forced);
         }
+        self.sweep_orphans(shard);
     }
 
     /// Wait for every checkpoint read in flight and finish those take-ups (at start, where

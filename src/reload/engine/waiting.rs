@@ -81,10 +81,16 @@ impl Engine {
             plan.push(Item { kind: resource.kind, name: resource.name.to_string(), container, target });
             sources.push((resource.clone(), state.hash));
         }
-        let Some(patch) = strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) else {
-            return self.deferred_done(&key, items, WriteResult::NotNeeded);
+        let patch = match strategy::plan_all(self.config.strategy, &workload, &plan, unix_now()) {
+            Some(patch) => self.with_pause(&workload, patch),
+            None => match self.removal_alone(&workload) {
+                Some(patch) => {
+                    sources.clear();
+                    patch
+                }
+                None => return self.deferred_done(&key, items, WriteResult::NotNeeded),
+            },
         };
-        let patch = self.with_pause(&workload, patch);
         self.deferred.sending(&key, now);
         let span = tracing::info_span!("deferred", workload = %key);
         self.fly(Purpose::Deferred(items), vec![PlannedWrite { workload, patch, sources }], span);

@@ -73,6 +73,7 @@ fn explain_agrees(
         kinds: WorkloadKind::ALL.to_vec(),
         resources: vec![ResourceKind::ConfigMap, ResourceKind::Secret, ResourceKind::SecretProviderClass],
         damping: None,
+        orphaned_env_vars: Default::default(),
     };
     let absent = |_: &ResourceKey| "absent".to_string();
     let rules = Rules::new(keys.clone(), options.clone());
