@@ -445,6 +445,43 @@ async fn orphaned_env_vars_leave_at_once_when_asked() {
     .await;
 }
 
+/// `--remove-orphaned-env-vars-at-once` with a namespace selector: a namespace labelled into
+/// the selection brings a Deployment recording the variable of a ConfigMap it no longer uses
+/// (as Reloader left it); the variable goes once the namespace is loaded, in one write.
+#[tokio::test]
+async fn an_orphaned_variable_in_a_namespace_that_joins_goes_at_once() {
+    with_temp_ns("orphans-join", |client, home| async move {
+        let joining = format!("{home}-join");
+        create_namespace(&client, &joining, json!({ support::TEST_LABEL: "orphans-join" })).await;
+        create_configmap(&client, &joining, "kept", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web")
+            .auto()
+            .container(json!({ "name": "app",
+                "envFrom": [{ "configMapRef": { "name": "kept" } }],
+                "env": [{ "name": "STAKATER_GONE_CONFIGMAP", "value": "from-an-older-reload" }] }))
+            .create(&client, &joining)
+            .await;
+        let before = generation(&client, &joining, Kind::Deployment, "web").await;
+        let selector = format!("--namespace-selector=reloader-fleet.test/orphans:{home}");
+        let controller =
+            Controller::start(&home, &home, &[selector.as_str(), "--remove-orphaned-env-vars-at-once"]).await;
+        wait_stored(&controller, 0).await;
+        let label = json!({ "metadata": { "labels": { "reloader-fleet.test/orphans": home } } });
+        Api::<Namespace>::all(client.clone())
+            .patch(&joining, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .expect("label the namespace");
+        wait_for("the orphaned variable to go", || async {
+            recorded_env(&client, &joining, Kind::Deployment, "web", Cm, "gone").await.is_none().then_some(())
+        })
+        .await;
+        assert_eq!(generation(&client, &joining, Kind::Deployment, "web").await, before + 1, "one write");
+        controller.stop().await;
+        let _ = Api::<Namespace>::all(client.clone()).delete(&joining, &DeleteParams::background()).await;
+    })
+    .await;
+}
+
 fn wide_cm_hash(data: &[(&str, &str)]) -> String {
     let map = data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     WideHash::of_configmap(&map, &Default::default()).to_string()

@@ -206,6 +206,11 @@ impl PodTemplate {
             .flat_map(|v| v.sources.iter())
             .chain(self.containers.iter().chain(&self.init_containers).flat_map(|c| c.env_refs.iter()))
     }
+
+    /// Whether a container records a `STAKATER_*` variable (which may be orphaned).
+    pub fn records_a_variable(&self) -> bool {
+        self.containers.iter().any(|c| !c.recorded.is_empty())
+    }
 }
 
 /// The few annotations a stored object keeps, as a vector sorted by key. A `BTreeMap` would

@@ -557,9 +557,8 @@ impl WatchTask {
             self.to_lint(Stored::Workload(w.key.clone()));
         }
         let Some(before) = before.filter(|_| self.out.edits.is_some()) else { return false };
-        let records = w.template.containers.iter().any(|c| !c.recorded.is_empty());
         let dropped = || before.template.references().any(|r| !w.template.references().any(|now| now == r));
-        records && (annotated || dropped())
+        w.template.records_a_variable() && (annotated || dropped())
     }
 
     /// Tell the lint about a stored resource with annotations that look like Reloader's.
@@ -619,7 +618,19 @@ impl WatchTask {
         if self.namespaces.loading.is_empty() || !self.streams.running.values().all(|s| s.synced_once) {
             return Ok(());
         }
-        self.namespaces.loading.clear();
+        let joined = std::mem::take(&mut self.namespaces.loading);
+        // A workload of a namespace that joined may record a variable of a resource it
+        // stopped using while no one served it: the engine looks at it as at an edit.
+        if let Some(edits) = &self.out.edits {
+            let recording = self
+                .writer
+                .store()
+                .find_workloads(|w| w.template.records_a_variable() && joined.contains(&*w.key.namespace));
+            for workload in recording {
+                // Only the engine's end of the channel is dropped, when it stops.
+                let _ = edits.send(workload.key.clone());
+            }
+        }
         for change in std::mem::take(&mut self.namespaces.deferred) {
             self.send(change).await?;
         }

@@ -3,7 +3,8 @@
 //! `--remove-orphaned-env-vars-at-once` also gives them a write of their own:
 //!
 //! ```text
-//!  watches: a workload that records a variable was edited ──┐
+//!  watches: a workload that records a variable was edited,  ──┐
+//!           or its namespace joined the selection             │
 //!  take-up of a shard: each of its workloads that records one ┴─▶ orphans? ─▶ deferred writes
 //!        (the rollout budget, after any write of it in flight, retried on failure) ─▶ removal
 //! ```
@@ -53,9 +54,8 @@ impl Engine {
             return;
         }
         let ring = Arc::clone(&self.config.ring);
-        let recording = self.store.find_workloads(|w| {
-            w.template.containers.iter().any(|c| !c.recorded.is_empty()) && ring.shard_of(&w.key.namespace) == shard
-        });
+        let recording =
+            self.store.find_workloads(|w| w.template.records_a_variable() && ring.shard_of(&w.key.namespace) == shard);
         for workload in recording {
             self.check_orphans(&workload.key);
         }
