@@ -230,8 +230,7 @@ impl Explainer<'_> {
             }
         }
         report.problems = problems.into_iter().collect();
-        let named = self.rules.keys().names_any_resource(&workload);
-        if let Some(orphans) = strategy::orphaned_env_vars(&workload, named) {
+        if let Some(orphans) = strategy::orphaned_env_vars(&workload, self.rules.keys()) {
             let fate = scope.orphaned_env_vars.fate();
             report.orphaned = Some(format!("{} of resources it no longer uses: {fate}", orphans.names.join(", ")));
         }

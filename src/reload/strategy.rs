@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::reload::pause::merge_patch;
-use crate::reload::{LAST_RELOADED_FROM, RELOADED_HASHES, env_var_name};
+use crate::reload::{Keys, LAST_RELOADED_FROM, RELOADED_HASHES, env_var_name};
 use crate::watch::{DataHash, Hashes, ResourceKind, Workload};
 
 /// `--reload-strategy`.
@@ -277,11 +277,11 @@ pub struct Orphans {
 
 /// `--remove-orphaned-env-vars`: the `STAKATER_*` env vars this controller recorded for
 /// resources the pod template no longer references, and their removal (`None`: none). A
-/// workload whose annotations name resources (a `.../reload` list, `search`) keeps every
-/// variable: a name in a list (or a pattern) needs no reference in the template, so no
-/// variable is known to be an orphan.
-pub fn orphaned_env_vars(workload: &Workload, names_resources: bool) -> Option<Orphans> {
-    if names_resources || records_in_metadata(workload) {
+/// workload whose annotations (per `keys`) name resources (a `.../reload` list, `search`)
+/// keeps every variable: a name in a list (or a pattern) needs no reference in the template,
+/// so no variable is known to be an orphan.
+pub fn orphaned_env_vars(workload: &Workload, keys: &Keys) -> Option<Orphans> {
+    if keys.names_any_resource(workload) || records_in_metadata(workload) {
         return None;
     }
     let referenced: BTreeSet<String> =
@@ -459,8 +459,9 @@ mod tests {
             ("STAKATER_OWN_SETTING".into(), "user's own".into()),
         ];
         w.template.containers[0].recorded = vec![("STAKATER_DB_SECRET".into(), "c".into())];
+        let keys = Keys::default();
         assert_eq!(
-            orphaned_env_vars(&w, false),
+            orphaned_env_vars(&w, &keys),
             Some(Orphans {
                 patch: json!({ "spec": { "template": { "spec": { "containers": [
                     { "name": "sidecar", "env": [ { "name": "STAKATER_DB_SECRET", "$patch": "delete" } ] },
@@ -469,10 +470,12 @@ mod tests {
                 names: vec!["STAKATER_DB_SECRET".into(), "STAKATER_GONE_CONFIGMAP".into()],
             })
         );
-        assert_eq!(orphaned_env_vars(&w, true), None, "a workload naming resources keeps every variable");
+        let mut listing = w.clone();
+        listing.annotations = [(keys.configmap_reload.clone(), "kept".to_string())].into();
+        assert_eq!(orphaned_env_vars(&listing, &keys), None, "a workload naming resources keeps every variable");
         w.template.containers[0].recorded.clear();
         w.template.containers[1].recorded.remove(1);
-        assert_eq!(orphaned_env_vars(&w, false), None, "nothing orphaned");
+        assert_eq!(orphaned_env_vars(&w, &keys), None, "nothing orphaned");
     }
 
     #[test]

@@ -518,9 +518,8 @@ impl WatchTask {
                 let edited = self.workload_edited(&w).then(|| w.key.clone());
                 self.writer.apply_workload(w);
                 // After the store has the edit: the engine reads the workload from there.
-                if let (Some(key), Some(edits)) = (edited, &self.out.edits) {
-                    // Only the engine's end of the channel is dropped, when it stops.
-                    let _ = edits.send(key);
+                if let Some(key) = edited {
+                    self.tell_edited(key);
                 }
             }
             WatchEvent::Delete(Some(w)) => {
@@ -559,6 +558,14 @@ impl WatchTask {
         let Some(before) = before.filter(|_| self.out.edits.is_some()) else { return false };
         let dropped = || before.template.references().any(|r| !w.template.references().any(|now| now == r));
         w.template.records_a_variable() && (annotated || dropped())
+    }
+
+    /// Tell the engine to look at `key` for orphaned variables (with the option on).
+    fn tell_edited(&self, key: WorkloadKey) {
+        if let Some(edits) = &self.out.edits {
+            // Only the engine's end of the channel is dropped, when it stops.
+            let _ = edits.send(key);
+        }
     }
 
     /// Tell the lint about a stored resource with annotations that look like Reloader's.
@@ -621,14 +628,13 @@ impl WatchTask {
         let joined = std::mem::take(&mut self.namespaces.loading);
         // A workload of a namespace that joined may record a variable of a resource it
         // stopped using while no one served it: the engine looks at it as at an edit.
-        if let Some(edits) = &self.out.edits {
+        if self.out.edits.is_some() {
             let recording = self
                 .writer
                 .store()
                 .find_workloads(|w| w.template.records_a_variable() && joined.contains(&*w.key.namespace));
             for workload in recording {
-                // Only the engine's end of the channel is dropped, when it stops.
-                let _ = edits.send(workload.key.clone());
+                self.tell_edited(workload.key.clone());
             }
         }
         for change in std::mem::take(&mut self.namespaces.deferred) {

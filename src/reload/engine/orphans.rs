@@ -24,7 +24,7 @@ impl Engine {
     /// The variables `workload` records for resources it no longer references. None while
     /// its annotations name resources (a reload list, `search`): those need no reference.
     pub(super) fn orphans_of(&self, workload: &Workload) -> Option<Orphans> {
-        strategy::orphaned_env_vars(workload, self.rules.keys().names_any_resource(workload))
+        strategy::orphaned_env_vars(workload, self.rules.keys())
     }
 
     /// Whether orphaned variables get a write of their own (never in webhook-only mode,
