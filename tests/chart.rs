@@ -162,12 +162,22 @@ fn defaults_render_reloaders_cluster_wide_install() {
     let metadata = find(&docs, "Role", "r-reloader-metadata-role").expect("the metadata Role");
     assert_eq!(
         rules(metadata),
-        vec!["/configmaps: create", "/configmaps[reloader-meta-info,reloader-fleet-checkpoint]: get,update"]
+        vec![
+            "/configmaps: create".to_string(),
+            parts_rule(&["reloader-fleet-checkpoint"]),
+            "/configmaps[reloader-meta-info,reloader-fleet-checkpoint]: get,update".to_string()
+        ]
     );
     assert!(find(&docs, "ServiceAccount", "r-reloader").is_some());
     for kind in ["Secret", "Service", "PodDisruptionBudget", "NetworkPolicy"] {
         assert!(docs.iter().all(|d| d["kind"] != kind), "no {kind} by default");
     }
+}
+
+/// The rule for the parts of the checkpoints `heads` (32 each), as [`rules`] prints it.
+fn parts_rule(heads: &[&str]) -> String {
+    let names: Vec<String> = heads.iter().flat_map(|h| (0..32).map(move |i| format!("{h}-part-{i}"))).collect();
+    format!("/configmaps[{}]: get,update,delete", names.join(","))
 }
 
 /// The default image is the binary's own version: the chart's appVersion is the crate's.
@@ -220,6 +230,9 @@ fn enable_ha_with_three_replicas_renders_leader_election_and_lease_rbac() {
     let names = "reloader-meta-info,reloader-fleet-checkpoint-shard-0,reloader-fleet-checkpoint-shard-1,\
                  reloader-fleet-checkpoint-shard-2";
     assert!(has_rule(metadata, &format!("/configmaps[{names}]: get,update")), "{:?}", rules(metadata));
+    let heads: Vec<String> = (0..3).map(|s| format!("reloader-fleet-checkpoint-shard-{s}")).collect();
+    let heads: Vec<&str> = heads.iter().map(String::as_str).collect();
+    assert!(has_rule(metadata, &parts_rule(&heads)), "{:?}", rules(metadata));
     // Without HA, replicas stay 1 and no HA flag is rendered (Reloader renders --enable-ha for
     // replicas > 1 without the POD_NAME it needs).
     let docs = render("reloader: {deployment: {replicas: 3}}");

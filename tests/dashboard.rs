@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use reloader_fleet::reload::Strategy;
+use reloader_fleet::shard::Ring;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
 use support::controller::{free_port, http_get, start_fleet_replica_with};
@@ -86,8 +87,10 @@ async fn every_dashboard_query_returns_series_from_a_scraped_fleet() {
         let kubeconfig = kubeconfig_path();
         let a = start_fleet_replica_with(&home, &format!("{home}-a"), &refs, &kubeconfig).await;
         let b = start_fleet_replica_with(&home, &format!("{home}-b"), &refs, &kubeconfig).await;
-        wait_for("16 shards acted on", || async {
-            (a.metric("reloader_shards_active").await + b.metric("reloader_shards_active").await == 16.0).then_some(())
+        // The fleet settled: each replica acts on its half (a replica alone at first holds all 16).
+        wait_for("each replica acting on 8 of the 16 shards", || async {
+            (a.metric("reloader_shards_active").await == 8.0 && b.metric("reloader_shards_active").await == 8.0)
+                .then_some(())
         })
         .await;
         for ns in &namespaces {
@@ -124,12 +127,91 @@ async fn every_dashboard_query_returns_series_from_a_scraped_fleet() {
         })
         .await;
         let dashboard: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+        let (title, per_namespace) = queries(&dashboard).into_iter().next().expect("the first panel");
+        let per_namespace = per_namespace.replace("$__rate_interval", "1m");
+        wait_for(&format!("panel {title:?} to show a reload in each of the 4 namespaces"), || async {
+            let series = query(port, &per_namespace).await?;
+            let shown: Vec<&str> = series.iter().filter_map(|s| s["metric"]["namespace"].as_str()).collect();
+            namespaces.iter().all(|ns| shown.contains(&ns.as_str())).then_some(())
+        })
+        .await;
         for (title, expr) in queries(&dashboard) {
             let expr = expr.replace("$__rate_interval", "1m");
             let what = format!("panel {title:?}: {expr} to return series");
             wait_for(&what, || async { query(port, &expr).await.filter(|r| !r.is_empty()).map(|_| ()) }).await;
         }
         let _ = prometheus.kill().await;
+        a.stop().await;
+        b.stop().await;
+        delete_namespaces(&client, &namespaces).await;
+    })
+    .await;
+}
+
+/// Regression (issue 48): a namespace's reload counter vanished from the replica that counted
+/// it as soon as its shard moved to another replica (and the new owner starts from nothing),
+/// so Grafana's per-namespace panels went blank after every handoff. One namespace per shard,
+/// reloaded on a replica alone; a second replica joins and takes half the shards: every
+/// namespace is still counted once, where it was counted, and the next reload of each is
+/// counted by its new owner, so the fleet's sum is 2 for each.
+#[tokio::test]
+async fn per_namespace_counts_stay_where_they_were_counted_when_shards_move() {
+    with_temp_ns("counts-stay", |client, home| async move {
+        let ring = Ring::new(16).expect("a ring");
+        let mut by_shard: std::collections::BTreeMap<u32, String> = Default::default();
+        for i in 0.. {
+            let ns = format!("{home}-{i}");
+            by_shard.entry(ring.shard_of(&ns)).or_insert(ns);
+            if by_shard.len() == 16 {
+                break;
+            }
+        }
+        let namespaces: Vec<String> = by_shard.into_values().collect();
+        for ns in &namespaces {
+            create_namespace(&client, ns, json!({ "reloader-fleet.test/dashboard": home })).await;
+            create_configmap(&client, ns, "cm", &[("k", "1")]).await;
+            Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(&client, ns).await;
+        }
+        let args = [
+            format!("--namespace-selector=reloader-fleet.test/dashboard={home}"),
+            "--metrics-count-by-namespace=true".to_string(),
+        ];
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let kubeconfig = kubeconfig_path();
+        let a = start_fleet_replica_with(&home, &format!("{home}-a"), &refs, &kubeconfig).await;
+        wait_for("replica a acting on all 16 shards", || async {
+            (a.metric("reloader_shards_active").await == 16.0).then_some(())
+        })
+        .await;
+        let reload_all = |value: &'static str| {
+            let (client, namespaces) = (client.clone(), namespaces.clone());
+            async move {
+                for ns in &namespaces {
+                    patch_configmap(&client, ns, "cm", json!({ "data": { "k": value } })).await;
+                }
+                for ns in &namespaces {
+                    let ctx = Ctx::new(client.clone(), ns.clone(), Strategy::EnvVars);
+                    ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", value)])).await;
+                }
+            }
+        };
+        reload_all("2").await;
+        let b = start_fleet_replica_with(&home, &format!("{home}-b"), &refs, &kubeconfig).await;
+        wait_for("each replica acting on 8 of the 16 shards", || async {
+            (a.metric("reloader_shards_active").await == 8.0 && b.metric("reloader_shards_active").await == 8.0)
+                .then_some(())
+        })
+        .await;
+        let series =
+            |ns: &str| format!("reloader_reload_executed_total_by_namespace{{namespace=\"{ns}\",success=\"true\"}}");
+        for ns in &namespaces {
+            assert_eq!(a.metric(&series(ns)).await, 1.0, "{ns}: the reload counted on a is gone from a after the move");
+        }
+        reload_all("3").await;
+        for ns in &namespaces {
+            let (on_a, on_b) = (a.metric(&series(ns)).await, b.metric(&series(ns)).await);
+            assert_eq!(on_a + on_b, 2.0, "{ns}: the fleet counts {on_a} on a and {on_b} on b for two reloads");
+        }
         a.stop().await;
         b.stop().await;
         delete_namespaces(&client, &namespaces).await;

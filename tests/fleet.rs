@@ -81,8 +81,13 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
             let line = table.lines().find(|l| l.split_whitespace().next() == Some(&shard.to_string())).expect("a line per shard");
             assert!(line.contains(&holders[0]), "shard {shard}: {line}");
         }
-        let counted: usize = table.lines().skip(1).take(16).filter_map(|l| l.split_whitespace().last()?.parse::<usize>().ok()).sum();
+        let column = |line: &str, n: usize| line.split_whitespace().nth(n).map(str::to_string);
+        let counted: usize = table.lines().skip(1).take(16).filter_map(|l| column(l, 4)?.parse::<usize>().ok()).sum();
         assert_eq!(counted, NAMESPACES, "every test namespace counted in its shard");
+        for line in table.lines().skip(1).take(16) {
+            let age = column(line, 5).unwrap_or_default();
+            assert!(age.strip_suffix('s').is_some_and(|n| n.parse::<u64>().is_ok()), "each shard's checkpoint age: {line}");
+        }
         let members: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("MEMBER")).skip(1).collect();
         assert_eq!(members.len(), 3, "a line per member: {table}");
         assert!(members.iter().all(|l| l.ends_with("shards=16,vnodes=512,hashring-xxh3-64-v1")), "{table}");
@@ -100,6 +105,7 @@ async fn a_fleet_serves_every_namespace_once_across_graceful_stops_and_crashes()
         let shard = reloader_fleet::shard::Ring::new(16).expect("ring").shard_of(&namespaces[0]);
         assert_eq!(report["serving"]["shard"], shard);
         assert_eq!(report["serving"]["replica"], held_by[shard as usize][0].as_str(), "{report:#}");
+        assert!(report["serving"]["checkpoint_saved_seconds_ago"].is_u64(), "the shard's checkpoint age: {report:#}");
         assert_eq!(report["pairs"][0]["reloads"], true, "{report:#}");
         wait_for("every test namespace owned by exactly one replica", || async {
             let mut owned = 0.0;

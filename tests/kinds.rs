@@ -6,7 +6,6 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use reloader_fleet::reload::{CRONJOB_RELOAD_STRATEGY, RELOADED_HASHES, Strategy};
@@ -64,22 +63,8 @@ async fn wait_jobs(ctx: &Ctx, cronjob: &str, count: usize, rkind: ResourceKind, 
 /// Put an older hash of ConfigMap `name` into the stopped controller's checkpoint, as a crash
 /// before the checkpoint was saved would leave it: the next start replays that change.
 async fn make_checkpoint_stale(ctx: &Ctx, name: &str, old_hash: &str) {
-    let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.ns);
-    let current = api.get(CHECKPOINT).await.expect("the checkpoint exists");
-    let text = current.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default();
-    let prefix = format!("C {} {name} ", ctx.ns);
-    let stale: Vec<String> = text
-        .lines()
-        .map(|l| if l.starts_with(&prefix) { format!("{prefix}{}", &old_hash[..16]) } else { l.to_string() })
-        .collect();
-    assert!(text.contains(&prefix), "the checkpoint must hold a line for {name}:\n{text}");
-    api.patch(
-        CHECKPOINT,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "data": { "checkpoint": stale.join("\n") } })),
-    )
-    .await
-    .expect("patch the checkpoint");
+    let key = support::checkpoint::configmap_key(&ctx.ns, name);
+    support::checkpoint::rewind(&ctx.client, &ctx.ns, CHECKPOINT, &key, support::checkpoint::short_of(old_hash)).await;
 }
 
 #[tokio::test]

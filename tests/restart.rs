@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use reloader_fleet::reload::{self, Inputs, Keys, Options, Outputs, Strategy};
 use reloader_fleet::shard::Ring;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
@@ -18,6 +16,7 @@ use reloader_fleet::watch::{
     Cause, Change, Compactor, DataHash, ResourceKey, ResourceState, SlimDeployment, Store, Writer,
 };
 use serde_json::json;
+use support::checkpoint::{configmap_key, short_of};
 use support::controller::Controller;
 use support::fixtures::{Kind, Workload, cm_hash, create_configmap, generation, patch_configmap, recorded_env};
 use support::scenario::{Ctx, wait_stored};
@@ -27,10 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 const CHECKPOINT: &str = "reloader-fleet-checkpoint";
 
-async fn checkpoint_line(ctx: &Ctx, name: &str) -> Option<String> {
-    let cm = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.ns).get_opt(CHECKPOINT).await.ok()??;
-    let text = cm.data?.get("checkpoint")?.clone();
-    text.lines().find(|l| l.split(' ').nth(2) == Some(name)).map(str::to_string)
+/// The hash the checkpoint holds for ConfigMap `name` of the context's namespace.
+async fn checkpoint_entry(ctx: &Ctx, name: &str) -> Option<u64> {
+    support::checkpoint::configmap_entry(&ctx.client, &ctx.ns, CHECKPOINT, &ctx.ns, name).await
 }
 
 /// Start a controller scoped to the context's namespace.
@@ -75,7 +73,7 @@ async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
             ctx.wait_reloaded(Kind::Deployment, "web", Cm, "other", &cm_hash(&[("k", "2")])).await;
             first.stop().await;
             // A graceful stop saves the checkpoint.
-            let old_line = checkpoint_line(&ctx, "cm").await;
+            assert_eq!(checkpoint_entry(&ctx, "cm").await, Some(short_of(&cm_hash(&[("k", "2")]))));
             let rolled = generation(c, ns, Kind::Deployment, "web").await;
 
             // A plain restart.
@@ -85,15 +83,8 @@ async fn a_restart_or_a_replayed_checkpoint_rolls_nothing_again() {
 
             // A crash before the checkpoint was saved: the checkpoint still holds the old hash of
             // `cm`, so the next start replays that change. The workload already records it.
-            let stale = format!("C {ns} cm {:016x}", u64::from_str_radix(&cm_hash(&[("k", "1")])[..16], 16).unwrap_or(0));
-            let current = Api::<ConfigMap>::namespaced(c.clone(), ns).get(CHECKPOINT).await.expect("checkpoint exists");
-            let text = current.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default();
-            let replaced = text.replace(old_line.as_deref().unwrap_or("<none>"), &stale);
-            assert_ne!(replaced, text, "the checkpoint must hold a line for cm");
-            Api::<ConfigMap>::namespaced(c.clone(), ns)
-                .patch(CHECKPOINT, &PatchParams::default(), &Patch::Merge(json!({ "data": { "checkpoint": replaced } })))
-                .await
-                .expect("rewind the checkpoint");
+            let stale = short_of(&cm_hash(&[("k", "1")]));
+            support::checkpoint::rewind(c, ns, CHECKPOINT, &configmap_key(ns, "cm"), stale).await;
             let third = start(&ctx, "third").await;
             assert_eq!(generation(c, ns, Kind::Deployment, "web").await, rolled, "a replayed change rolled the workload again");
             assert_eq!(
@@ -179,7 +170,7 @@ async fn a_first_start_takes_the_current_state_as_baseline() {
         let before = generation(c, ns, Kind::Deployment, "web").await;
         let first = start(&ctx, "first").await;
         wait_stored(&first, 1).await;
-        support::wait_for("the baseline to be checkpointed", || async { checkpoint_line(&ctx, "cm").await }).await;
+        support::wait_for("the baseline to be checkpointed", || async { checkpoint_entry(&ctx, "cm").await }).await;
         assert_eq!(generation(c, ns, Kind::Deployment, "web").await, before, "no mass rollout on a first start");
         first.stop().await;
     })
@@ -196,11 +187,11 @@ async fn a_fleet_replica_killed_as_soon_as_it_acts_on_its_shards_leaves_their_ba
         // Each shard's take-up is a first start: its checkpoint is written before the replica
         // acts on it.
         let first = start_replica(&ctx, "first").await;
-        let saved = Api::<ConfigMap>::namespaced(c.clone(), ns).list(&Default::default()).await.expect("list");
-        let has_baseline = saved.items.iter().any(|cm| {
-            cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("reloader-fleet-checkpoint-shard-"))
-                && cm.data.as_ref().and_then(|d| d.get("checkpoint")).is_some_and(|t| t.contains(" cm "))
-        });
+        let mut has_baseline = false;
+        for shard in 0..16 {
+            let name = format!("reloader-fleet-checkpoint-shard-{shard}");
+            has_baseline |= support::checkpoint::configmap_entry(c, ns, &name, ns, "cm").await.is_some();
+        }
         assert!(has_baseline, "no checkpoint with the ConfigMap's baseline once the shards are acted on");
         drop(first); // SIGKILL, before any save a timer would make
         // Changed while nobody runs: the next replica finds the baseline, not a first start.
@@ -247,9 +238,7 @@ async fn a_shard_lost_while_its_checkpoint_loads_is_not_taken_up() {
         writer.forget_namespace(&ns);
         engine.wait_active("the shard is let go", BTreeSet::is_empty).await;
         engine.stop().await;
-        let saved = Api::<ConfigMap>::namespaced(client, &ns).get_opt("lost-at-take-up").await.expect("get");
-        let lines =
-            saved.map(|cm| cm.data.and_then(|d| d.get("checkpoint").cloned()).unwrap_or_default().lines().count());
+        let lines = support::checkpoint::entries(&client, &ns, "lost-at-take-up").await.map(|e| e.len());
         assert!(
             lines.is_none() || lines == Some(RESOURCES),
             "a checkpoint saved with {lines:?} of the {RESOURCES} resources the shard holds"
@@ -420,6 +409,7 @@ impl InProcess {
             compactor: compactor(),
             webhook: None,
             pacing: reload::Pacing { max_concurrent_writes: 8, ..reload::Pacing::default() },
+            pod: None,
         };
         let metrics = reload::Metrics::register(&prometheus::Registry::new(), false).expect("metrics");
         let (synced, synced_rx) = watch::channel(Some(owned.clone()));
@@ -437,7 +427,7 @@ impl InProcess {
 
     /// Changes the engine has handled, whatever their result.
     fn processed(&self) -> u64 {
-        ["success", "skipped", "error"].iter().map(|r| self.metrics.reconcile.with_label_values(&[r]).get()).sum()
+        ["success", "skipped", "error"].iter().map(|r| self.metrics.reconcile.count(r)).sum()
     }
 
     async fn wait_active(&mut self, what: &str, done: impl Fn(&BTreeSet<u32>) -> bool) {
@@ -536,4 +526,128 @@ impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// A ValidatingAdmissionPolicy that refuses writes of the checkpoint's head in `ns` with the
+/// message etcd gives an object past its limit, as the API server refused the checkpoint of
+/// 14,400 resources (issue 48). Returns once it is in force (a dry-run write is refused).
+async fn refuse_checkpoint_writes(
+    client: &kube::Client,
+    ns: &str,
+) -> Vec<(kube::Api<kube::api::DynamicObject>, String)> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let gvk = |kind: &str| GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    let policy = ApiResource::from_gvk(&gvk("ValidatingAdmissionPolicy"));
+    let binding = ApiResource::from_gvk(&gvk("ValidatingAdmissionPolicyBinding"));
+    let name = format!("{ns}-checkpoint-too-large");
+    let objects = [
+        (
+            &policy,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                "metadata": { "name": name },
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": { "resourceRules": [{
+                        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]
+                    }] },
+                    "validations": [{
+                        "expression": format!("!(object.metadata.name in ['{CHECKPOINT}', 'admission-probe'])"),
+                        "message": "etcdserver: request is too large"
+                    }]
+                }
+            }),
+        ),
+        (
+            &binding,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": { "name": name },
+                "spec": {
+                    "policyName": name, "validationActions": ["Deny"],
+                    "matchResources": { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ns } } }
+                }
+            }),
+        ),
+    ];
+    let mut created = Vec::new();
+    for (resource, object) in objects {
+        let api: kube::Api<DynamicObject> = kube::Api::all_with(client.clone(), resource);
+        let object: DynamicObject = serde_json::from_value(object).expect("an object");
+        api.create(&PostParams::default(), &object).await.expect("create the admission policy");
+        created.push((api, name.clone()));
+    }
+    let configmaps = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    let probe: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "admission-probe" } })).expect("a ConfigMap");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for("the admission policy in force", || async {
+        let refused = configmaps.create(&dry_run, &probe).await.err()?;
+        refused.to_string().contains("request is too large").then_some(())
+    })
+    .await;
+    created
+}
+
+async fn delete_all(objects: Vec<(kube::Api<kube::api::DynamicObject>, String)>) {
+    for (api, name) in objects.into_iter().rev() {
+        let _ = api.delete(&name, &Default::default()).await;
+    }
+}
+
+/// Issue 48: a checkpoint the API server refuses is loud (the log, `/readyz` and a metric name
+/// the server's answer; a replica leaving with it unsaved posts a Warning Event on its pod)
+/// and is retried until the server takes it, when the warning goes.
+#[tokio::test]
+async fn a_checkpoint_the_api_server_refuses_is_said_everywhere_and_retried_until_it_holds() {
+    with_temp_ns("refused-checkpoint", |client, ns| async move {
+        let ctx = Ctx::new(client, ns, Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        let policy = refuse_checkpoint_writes(c, ns).await;
+        let controller = start(&ctx, "first").await;
+        let readyz = wait_for("/readyz to say the checkpoint is not being saved", || async {
+            let body = controller.get("/readyz").await;
+            body.contains("shard 0: the checkpoint is not being saved").then_some(body)
+        })
+        .await;
+        assert!(readyz.starts_with("ok"), "still ready: every change is acted on: {readyz}");
+        assert!(readyz.contains("etcdserver: request is too large"), "the server's message: {readyz}");
+        assert_eq!(controller.metric("reloader_checkpoint_unsaved_shards").await, 1.0);
+        assert!(controller.logged("etcdserver: request is too large"), "the log names the cause");
+        // Live changes are still acted on.
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "2" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+
+        delete_all(policy).await;
+        wait_for("the checkpoint saved once the server takes it", || async {
+            let saved = checkpoint_entry(&ctx, "cm").await == Some(short_of(&cm_hash(&[("k", "2")])));
+            let clear = !controller.get("/readyz").await.contains("warning");
+            let metric = controller.metric("reloader_checkpoint_unsaved_shards").await == 0.0;
+            (saved && clear && metric).then_some(())
+        })
+        .await;
+
+        // Refused again, and a change to save: the replica leaves with its checkpoint unsaved.
+        let policy = refuse_checkpoint_writes(c, ns).await;
+        patch_configmap(c, ns, "cm", json!({ "data": { "k": "3" } })).await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "3")])).await;
+        controller.stop().await;
+        let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), ns);
+        let event = wait_for("a Warning Event on the controller's pod", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(|e| e.reason.as_deref() == Some("CheckpointNotSaved"))
+        })
+        .await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        let regarding = event.regarding.expect("regarding");
+        assert_eq!(
+            (regarding.kind.as_deref(), regarding.name.as_deref()),
+            (Some("Pod"), Some(format!("{ns}-first").as_str()))
+        );
+        assert!(event.note.unwrap_or_default().contains("etcdserver: request is too large"));
+        delete_all(policy).await;
+    })
+    .await;
 }

@@ -81,7 +81,8 @@ pub(crate) async fn explain(
             )),
         }
     };
-    let serving = Serving { not_selected, shard: Some(shard), replica };
+    let checkpoint_saved_seconds_ago = fleet.checkpoints.saved_seconds_ago(shard);
+    let serving = Serving { not_selected, shard: Some(shard), replica, checkpoint_saved_seconds_ago };
     let absent = |key: &ResourceKey| {
         format!(
             "{} {} is not in the store: it does not exist, or --resource-label-selector leaves it out",

@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use crate::admin::AdminState;
 use crate::lease::{Ownership, ShardState};
-use crate::reload::NamespaceStats;
 use crate::reload::duration::shown;
+use crate::reload::{CheckpointStatus, NamespaceStats, ShardCheckpoint};
 use crate::shard::{NamespaceFilter, Ring, VNODES, is_dns_label};
 use crate::watch::Store;
 
@@ -33,6 +33,8 @@ pub struct FleetView {
     pub filter: NamespaceFilter,
     pub store: Store,
     pub stats: NamespaceStats,
+    /// Each held shard's checkpoint: when it was last saved, and how saves fail since.
+    pub checkpoints: CheckpointStatus,
     /// For namespace labels when a namespace selector is set (one GET per request).
     pub client: Option<Client>,
     /// What `/explain` decides with.
@@ -69,11 +71,14 @@ struct ShardBody {
     lease_age_seconds: Option<u64>,
     /// Namespaces of this shard stored here (only known for shards held here).
     namespaces: Option<usize>,
+    /// Its checkpoint, for shards acted on here: when last saved, failed saves since.
+    checkpoint: Option<ShardCheckpoint>,
 }
 
 pub(crate) async fn shards(State(state): State<AdminState>) -> Json<serde_json::Value> {
     let Some(fleet) = state.fleet.as_ref() else { return Json(serde_json::json!({ "error": "not wired" })) };
     let ownership: Option<Ownership> = state.ownership.as_ref().map(|o| o.borrow().clone());
+    let mut checkpoints = fleet.checkpoints.shards();
     let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
     for namespace in fleet.store.namespaces() {
         *per_shard.entry(fleet.ring.shard_of(&namespace)).or_default() += 1;
@@ -99,6 +104,7 @@ pub(crate) async fn shards(State(state): State<AdminState>) -> Json<serde_json::
                 state: state_name,
                 lease_age_seconds: age,
                 namespaces: held_here.then(|| per_shard.get(&id).copied().unwrap_or(0)),
+                checkpoint: checkpoints.remove(&id),
             }
         })
         .collect();

@@ -151,6 +151,14 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
         body.push_str("\nwarning: ");
         body.push_str(warning);
     }
+    // A checkpoint that is not being saved does not make the replica unready (it acts on every
+    // change), but a change made while no replica runs would be missed: said here, as at
+    // `/shards`, in `reloader_checkpoint_unsaved_shards` and in the log.
+    let problems = state.fleet.as_ref().map(|f| f.checkpoints.problems(tokio::time::Instant::now()));
+    for problem in problems.into_iter().flatten() {
+        body.push_str("\nwarning: ");
+        body.push_str(&problem);
+    }
     (status, body)
 }
 
@@ -196,6 +204,10 @@ mod tests {
     }
 
     fn fleet_state() -> AdminState {
+        fleet_state_with(Default::default())
+    }
+
+    fn fleet_state_with(checkpoints: crate::reload::CheckpointStatus) -> AdminState {
         use crate::watch::{Container, PodTemplate, Workload, WorkloadKey, WorkloadKind};
         let (store, writer) = crate::watch::Store::new(vec![]);
         for ns in ["team-a", "team-b"] {
@@ -218,6 +230,7 @@ mod tests {
             filter: crate::shard::NamespaceFilter { ignored: ["kube-system".to_string()].into(), ..Default::default() },
             store,
             stats: Default::default(),
+            checkpoints,
             client: None,
             explain: crate::admin::ExplainSettings {
                 keys: Default::default(),
@@ -233,6 +246,28 @@ mod tests {
             },
         };
         AdminState { fleet: Some(Arc::new(fleet)), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_that_is_not_saved_is_said_in_readyz_and_shards_with_its_cause() {
+        let metrics = crate::reload::Metrics::register(&Registry::new(), false).expect("metrics");
+        metrics.checkpoints.saved(1, 100, 100);
+        let cause = "checkpoint ns/cp: the API server answered 413: request entity too large";
+        metrics.checkpoints.failed(2, cause.to_string());
+        let state = fleet_state_with(metrics.checkpoints.status.clone());
+        state.ready.store(true, Ordering::Release);
+        let (status, body) = get(state.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::OK, "a failing save does not make the replica unready");
+        assert!(body.contains("shard 2: the checkpoint is not being saved (1 failed saves"), "{body}");
+        assert!(body.contains(cause), "{body}");
+        assert!(!body.contains("shard 1"), "{body}");
+        let shards: serde_json::Value = serde_json::from_str(&get(state, "/shards").await.1).expect("JSON");
+        assert_eq!(shards["shards"][2]["checkpoint"]["failures"], 1);
+        assert!(shards["shards"][1]["checkpoint"]["last_saved"].is_string());
+        assert!(shards["shards"][0]["checkpoint"].is_null(), "not acted on here");
+        assert_eq!(metrics.checkpoints.unsaved.get(), 1);
+        metrics.checkpoints.forget(2);
+        assert_eq!(metrics.checkpoints.unsaved.get(), 0);
     }
 
     #[tokio::test]

@@ -2,12 +2,13 @@
 //! user's kubeconfig. The objects of the namespace go into a store of their own, compacted as
 //! the watches compact them, and the same decision code as the admin endpoint's answers.
 
+use crate::reload::checkpoint::{Checkpoint, SAVED_AT_ANNOTATION};
 use crate::reload::explain::{self, Explainer, Scope, Serving, Subject};
 use crate::reload::{Keys, Options, Rules};
 use crate::shard::{LabelSelector, NamespaceFilter, Ring};
 use crate::watch::{Compactor, ResourceKey, ResourceKind, Snapshot, Store};
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::PartialObjectMeta;
 use kube::{Api, Client};
 
@@ -28,6 +29,19 @@ pub struct Request<'a> {
     pub lease_namespace: String,
     pub lease_prefix: &'a str,
     pub ring: &'a Ring,
+    /// `--checkpoint-name`: the shard's checkpoint, in the Leases' namespace, says when it was
+    /// last saved.
+    pub checkpoint_name: &'a str,
+}
+
+/// Seconds since the checkpoint of `shard` (of `shards`) was saved; `None` when there is none
+/// (or it cannot be read: a detail of the answer).
+async fn checkpoint_age(client: &Client, request: &Request<'_>, shard: u32, shards: u32) -> Option<u64> {
+    let name = Checkpoint::name_of(request.checkpoint_name, shard, shards);
+    let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), &request.lease_namespace);
+    let head = api.get_metadata_opt(&name).await.ok()??;
+    let saved: jiff::Timestamp = head.metadata.annotations?.get(SAVED_AT_ANNOTATION)?.parse().ok()?;
+    Some(jiff::Timestamp::now().duration_since(saved).as_secs().max(0) as u64)
 }
 
 /// Print the answer on stdout.
@@ -53,8 +67,15 @@ pub async fn print(client: Client, request: Request<'_>) -> anyhow::Result<()> {
     match super::fleet_status::serving(client.clone(), &request.lease_namespace, request.lease_prefix, request.ring, ns)
         .await
     {
-        Ok(Some((shard, replica))) => (serving.shard, serving.replica) = (Some(shard), replica),
-        Ok(None) => {}
+        Ok(Some((shard, replica, shards))) => {
+            (serving.shard, serving.replica) = (Some(shard), replica);
+            serving.checkpoint_saved_seconds_ago = checkpoint_age(&client, &request, shard, shards).await;
+        }
+        Ok(None) => {
+            let shard = request.ring.shard_of(ns);
+            serving.checkpoint_saved_seconds_ago =
+                checkpoint_age(&client, &request, shard, request.ring.shards()).await;
+        }
         // Reading Leases is a detail of the answer: without the permission, say so and go on.
         Err(err) => tracing::warn!(error = %format!("{err:#}"), "cannot tell which replica serves the namespace"),
     }

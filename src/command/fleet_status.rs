@@ -3,10 +3,12 @@
 use std::collections::BTreeMap;
 
 use crate::lease::{FLEET_LABEL, RING_ANNOTATION, ROLE_LABEL};
+use crate::reload::checkpoint::{Checkpoint, SAVED_AT_ANNOTATION};
 use crate::shard::{NamespaceFilter, Ring};
+use crate::watch::INTERNAL_LABEL;
 use anyhow::Context;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ListParams, PartialObjectMeta};
 use kube::{Api, Client};
 
@@ -15,7 +17,7 @@ use kube::{Api, Client};
 pub async fn print(
     client: Client,
     namespace: &str,
-    prefix: &str,
+    (prefix, checkpoint): (&str, &str),
     fallback: &Ring,
     filter: &NamespaceFilter,
 ) -> anyhow::Result<()> {
@@ -26,7 +28,7 @@ pub async fn print(
         .with_context(|| format!("cannot list the fleet's Leases in namespace {namespace}"))?;
     let recorded = recorded_ring(&list.items);
     let ring = recorded.as_ref().unwrap_or(fallback);
-    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client);
+    let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
     let mut per_shard: BTreeMap<u32, usize> = BTreeMap::new();
     for ns in namespaces.list_metadata(&ListParams::default()).await.context("cannot list namespaces")?.items {
         let name = ns.metadata.name.unwrap_or_default();
@@ -34,6 +36,7 @@ pub async fn print(
             *per_shard.entry(ring.shard_of(&name)).or_default() += 1;
         }
     }
+    let saved = checkpoints_saved(&client, namespace).await;
     let now = jiff::Timestamp::now();
     let age = |lease: &Lease| {
         lease
@@ -47,7 +50,10 @@ pub async fn print(
         |lease: &Lease| lease.metadata.labels.as_ref().and_then(|l| l.get(ROLE_LABEL)).cloned().unwrap_or_default();
     let holder = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
 
-    println!("{:<6} {:<32} {:>10} {:>12} {:>11}", "SHARD", "HOLDER", "RENEWED", "TRANSITIONS", "NAMESPACES");
+    println!(
+        "{:<6} {:<32} {:>10} {:>12} {:>11} {:>11}",
+        "SHARD", "HOLDER", "RENEWED", "TRANSITIONS", "NAMESPACES", "CHECKPOINT"
+    );
     let by_name: BTreeMap<String, &Lease> = list
         .items
         .iter()
@@ -61,8 +67,15 @@ pub async fn print(
             None => ("(no lease)".to_string(), "-".to_string(), "-".to_string()),
         };
         let holder = if holder.is_empty() { "(free)".to_string() } else { holder };
+        let checkpoint_name = Checkpoint::name_of(checkpoint, shard, ring.shards());
+        // How long ago the shard's checkpoint was saved: a holder that does not save it (the
+        // API server refuses the write) shows here as an age that keeps growing.
+        let checkpoint_age = saved
+            .get(&checkpoint_name)
+            .map(|at| format!("{}s", now.duration_since(*at).as_secs().max(0)))
+            .unwrap_or_else(|| "-".into());
         println!(
-            "{shard:<6} {holder:<32} {renewed:>10} {transitions:>12} {:>11}",
+            "{shard:<6} {holder:<32} {renewed:>10} {transitions:>12} {:>11} {checkpoint_age:>11}",
             per_shard.get(&shard).copied().unwrap_or(0)
         );
     }
@@ -81,15 +94,31 @@ pub async fn print(
     Ok(())
 }
 
-/// The shard of `namespace` and the replica holding its Lease, from the fleet's Leases;
-/// `None` when there are none (a single replica without `--enable-ha`).
+/// When each checkpoint in `namespace` was last saved (its `saved-at` annotation), by name;
+/// empty when they cannot be listed (the table then shows `-`).
+async fn checkpoints_saved(client: &Client, namespace: &str) -> BTreeMap<String, jiff::Timestamp> {
+    let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), namespace);
+    let listed = api.list_metadata(&ListParams::default().labels(&format!("{INTERNAL_LABEL}=checkpoint"))).await;
+    listed
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|cm| {
+            let at = cm.metadata.annotations?.get(SAVED_AT_ANNOTATION)?.parse().ok()?;
+            Some((cm.metadata.name?, at))
+        })
+        .collect()
+}
+
+/// The shard of `namespace`, the replica holding its Lease and the fleet's shard count, from
+/// the fleet's Leases; `None` when there are none (a single replica without `--enable-ha`).
 pub async fn serving(
     client: Client,
     lease_namespace: &str,
     prefix: &str,
     fallback: &Ring,
     namespace: &str,
-) -> anyhow::Result<Option<(u32, Option<String>)>> {
+) -> anyhow::Result<Option<(u32, Option<String>, u32)>> {
     let leases: Api<Lease> = Api::namespaced(client, lease_namespace);
     let list = leases
         .list(&ListParams::default().labels(&format!("{FLEET_LABEL}={prefix}")))
@@ -108,7 +137,7 @@ pub async fn serving(
         .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
         .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
         .filter(|h| !h.is_empty());
-    Ok(Some((shard, holder)))
+    Ok(Some((shard, holder, ring.shards())))
 }
 
 /// The ring most shard Leases record in their ring annotation (`shards=16,...`).

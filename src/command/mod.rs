@@ -15,7 +15,8 @@ pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
     let lease_prefix = settings.fleet.lease_prefix.as_str();
     match command {
         Command::Fleet { what: FleetCommand::Status } => {
-            fleet_status::print(client, &lease_namespace, lease_prefix, &connection.ring, &settings.watch.filter).await
+            let names = (lease_prefix, settings.reload.checkpoint_name.as_str());
+            fleet_status::print(client, &lease_namespace, names, &connection.ring, &settings.watch.filter).await
         }
         Command::Explain { target, namespace, output } => {
             let watched = discover(&client, &settings.watch).await;
@@ -37,6 +38,7 @@ pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
                 lease_namespace,
                 lease_prefix,
                 ring: &connection.ring,
+                checkpoint_name: &settings.reload.checkpoint_name,
             };
             explain::print(client, request).await
         }

@@ -24,6 +24,19 @@ pub(crate) async fn timed<T>(call: impl Future<Output = Result<T, kube::Error>>)
     }
 }
 
+/// `err` and each of its causes, joined by `: `, for a log field or an Event: a message shows
+/// its own level only, and "API call failed" alone names no cause.
+pub(crate) fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 use crate::reload::alert::{Alert, Sink};
 use crate::reload::checkpoint::{ShortHash, short};
 use crate::reload::events::{Events, WritesOut};
+use crate::reload::metrics::Presence;
 use crate::reload::strategy::{self, Item, OrphanedEnvVars, Strategy, Target};
 use crate::reload::webhook::{self, Webhook};
 use crate::reload::write::Writes;
@@ -55,6 +56,8 @@ use shards::{SaveResults, Saving, ShardBook};
 /// Field manager of every write, as Reloader's.
 /// How long acted-on hashes may wait before the checkpoint is saved.
 const CHECKPOINT_DELAY: Duration = Duration::from_secs(2);
+/// How long shutdown waits for the Events made to be posted.
+const EVENT_FLUSH: Duration = Duration::from_secs(5);
 /// How often paused Deployments are checked for the end of their pause period.
 const RESUME_SWEEP: Duration = Duration::from_secs(1);
 
@@ -86,6 +89,9 @@ pub struct Config {
     pub webhook: Option<Webhook>,
     /// How fast changes become writes.
     pub pacing: Pacing,
+    /// The controller's own pod (`POD_NAME` in `POD_NAMESPACE`), for Events about the
+    /// controller itself (a shard let go with its checkpoint unsaved); `None` outside a pod.
+    pub pod: Option<k8s_openapi::api::core::v1::ObjectReference>,
 }
 
 /// How fast changes become writes: coalescing, the rollout budget and writes in flight.
@@ -278,8 +284,9 @@ pub async fn run(
                 engine.start_save();
             }
             Some((saving, done)) = saving_done(&mut engine.shards.saving) => {
-                if !engine.saved(saving, done) {
-                    save_at = Some(Instant::now() + CHECKPOINT_DELAY);
+                let ok = engine.saved(saving, done);
+                if let Some(delay) = engine.shards.save_retry.after(ok) {
+                    save_at = Some(Instant::now() + delay);
                 }
             }
             Some(key) = engine.retries.next_due(), if engine.retries.is_waiting() => {
@@ -310,6 +317,7 @@ pub async fn run(
     // acted on.
     engine.follow(&BTreeSet::new());
     engine.finish_letting_go().await;
+    engine.events.flush(EVENT_FLUSH).await;
     Ok(())
 }
 
@@ -533,14 +541,21 @@ impl Engine {
 
     /// Forget what the engine keeps of objects that are gone: its own versions of workloads
     /// the store has caught up with or no longer holds, and the reload counts (and their
-    /// series) of namespaces the store holds nothing of any more. A cluster that creates and
-    /// deletes namespaces all day keeps neither growing.
+    /// series) of namespaces the store holds nothing of any more (those of shards that moved
+    /// away stay a while: [`crate::reload::metrics::KEPT_AFTER_MOVE`]). A cluster that creates
+    /// and deletes namespaces all day keeps neither growing.
     fn prune(&mut self) {
         let store = &self.store;
         self.overlay.retain(|key, ours| {
             store.workload(key).is_some_and(|stored| newer(&ours.resource_version, &stored.resource_version))
         });
-        self.metrics.forget_namespaces(|ns| !store.has_namespace(ns));
+        self.metrics.sweep_namespaces(Instant::now(), |ns| {
+            match (self.acts_on(self.config.ring.shard_of(ns)), store.has_namespace(ns)) {
+                (true, true) => Presence::Here,
+                (true, false) => Presence::Gone,
+                (false, _) => Presence::Elsewhere,
+            }
+        });
         self.acted.narrow_keys(|key| store.used_key_ids(key));
     }
 

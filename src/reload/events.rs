@@ -116,6 +116,18 @@ impl Events {
     }
 }
 
+impl Events {
+    /// Wait (at most `limit`) until every Event made is posted or given up on: at shutdown,
+    /// so that the last reloads' Events, and one saying a shard was let go with its checkpoint
+    /// unsaved, are not lost with the process.
+    pub(crate) async fn flush(&self, limit: Duration) {
+        let all = EVENT_BACKLOG as u32;
+        if tokio::time::timeout(limit, self.backlog.acquire_many(all)).await.is_err() {
+            debug!(pending = self.pending.get(), "Events still pending at shutdown are dropped");
+        }
+    }
+}
+
 /// One Event's place in the backlog, counted as pending until dropped.
 struct Waiting {
     _place: OwnedSemaphorePermit,

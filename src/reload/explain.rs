@@ -42,6 +42,9 @@ pub struct Serving {
     pub shard: Option<u32>,
     /// The replica holding that shard's Lease, if known.
     pub replica: Option<String>,
+    /// Seconds since that shard's checkpoint was saved, if known (`reloader explain` reads it):
+    /// an age that keeps growing means a change made while no replica runs may be missed.
+    pub checkpoint_saved_seconds_ago: Option<u64>,
 }
 
 /// What is asked about: `deployment/web`, `deploy/web`, `cm/app-config`, `secret/db`...
@@ -450,6 +453,9 @@ pub fn text(report: &Report) -> String {
             "  shard: {shard}, served by {}",
             serving.replica.as_deref().unwrap_or("no replica (no Lease holder)")
         );
+    }
+    if let Some(age) = serving.checkpoint_saved_seconds_ago {
+        let _ = writeln!(out, "  checkpoint: saved {age}s ago");
     }
     if let Some(note) = &report.note {
         let _ = writeln!(out, "  {note}");

@@ -5,7 +5,7 @@
 
 mod alert;
 mod api;
-mod checkpoint;
+pub mod checkpoint;
 pub mod duration;
 mod engine;
 mod env_var;
@@ -30,7 +30,7 @@ pub use env_var::env_var_name;
 pub use keys::{
     COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY, TypedKeys,
 };
-pub use metrics::{Metrics, NamespaceCounts, NamespaceStats};
+pub use metrics::{CheckpointStatus, Metrics, NamespaceCounts, NamespaceStats, ShardCheckpoint};
 pub use pause::{merge_patch, pause_patch, resume_patch};
 pub use rules::{
     Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,

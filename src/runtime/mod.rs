@@ -157,6 +157,7 @@ impl Runtime {
             filter: settings.watch.filter.clone(),
             store: store.clone(),
             stats: reload_metrics.namespaces.clone(),
+            checkpoints: reload_metrics.checkpoints.status.clone(),
             client: Some(client.clone()),
             explain: admin::ExplainSettings {
                 keys: engine_config.keys.clone(),
@@ -357,8 +358,7 @@ async fn engine_config(
     let r = &settings.reload;
     let (checkpoint_namespace, source) = places::checkpoint_namespace(&settings.env, &settings.watch);
     // The first shard's checkpoint stands for all: RBAC names each (resourceNames).
-    let first =
-        if settings.fleet.shards == 1 { r.checkpoint_name.clone() } else { format!("{}-shard-0", r.checkpoint_name) };
+    let first = reload::checkpoint::Checkpoint::name_of(&r.checkpoint_name, 0, settings.fleet.shards);
     let warnings = places::check(&connection.client, &settings.watch, (&checkpoint_namespace, &first), &source).await;
     for warning in warnings {
         warn!(%warning, "a setting needs attention");
@@ -382,7 +382,20 @@ async fn engine_config(
         ring: connection.ring.clone(),
         webhook: r.webhook_url.clone().map(|url| reload::Webhook { url, client: http.clone() }),
         pacing: r.pacing.clone(),
+        pod: own_pod(settings),
     }
+}
+
+/// The controller's own pod, from the downward API's `POD_NAME` and `POD_NAMESPACE`.
+fn own_pod(settings: &Settings) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let (name, namespace) = (settings.env.pod_name.clone()?, settings.env.pod_namespace.clone()?);
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("Pod".to_string()),
+        name: Some(name),
+        namespace: Some(namespace),
+        ..Default::default()
+    })
 }
 
 /// The lease task's settings: with `--enable-ha` or several shards, Leases decide which

@@ -1,6 +1,7 @@
 //! Where the controller keeps its own objects (checkpoints, Leases, meta-info), and settings
 //! that point at nothing: each warning names the setting and where its value came from.
 
+use crate::reload::checkpoint::{Checkpoint, MAX_PARTS};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
 
@@ -72,6 +73,18 @@ pub async fn check(
         warnings.push(format!(
             "this service account may not write ConfigMaps in the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}); changes made while no replica runs will be missed"
         ));
+    } else {
+        // A shard whose checkpoint outgrows one ConfigMap is split into parts; without the right
+        // to write them its checkpoint is never saved (`/readyz` would say so, late).
+        let part = Checkpoint::part_name(checkpoint, 0);
+        let part_ok = access::may(client, configmaps, "update", Some(checkpoint_namespace), Some(&part)).await
+            && access::may(client, configmaps, "delete", Some(checkpoint_namespace), Some(&part)).await;
+        if !part_ok {
+            warnings.push(format!(
+                "this service account may not update and delete the checkpoint's parts ({part} to -part-{}) in {checkpoint_namespace:?}; a shard of more than about 7,000 resources cannot be checkpointed",
+                MAX_PARTS - 1
+            ));
+        }
     }
     warnings
 }

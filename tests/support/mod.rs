@@ -6,6 +6,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different subset of these helpers.
 
+pub mod checkpoint;
 pub mod controller;
 pub mod crds;
 pub mod explain;

@@ -158,6 +158,18 @@ Reloader's reloader-meta-info and the checkpoints, one per shard. */}}
 {{- end }}
 {{- end -}}
 
+{{/* The parts a checkpoint is split into once it outgrows one ConfigMap (at most 32 a shard:
+-part-0 to -part-31), as a YAML list: the RBAC names each. */}}
+{{- define "reloader-checkpoint-parts" -}}
+{{- $shards := int .Values.reloader.sharding.shards }}
+{{- range $shard := until (max 1 $shards | int) }}
+{{- $head := ternary "reloader-fleet-checkpoint" (printf "reloader-fleet-checkpoint-shard-%d" $shard) (le $shards 1) }}
+{{- range $part := until 32 }}
+- {{ $head }}-part-{{ $part }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The container's environment, as Reloader's chart renders it for the same values (GOMAXPROCS
 and GOMEMLIMIT too: harmless to this binary, and an image swap then changes no env). */}}
 {{- define "reloader-env" -}}

@@ -369,8 +369,7 @@ impl Engine {
             Outcome::Failed => "error",
         };
         let elapsed = started.elapsed().as_secs_f64();
-        self.metrics.reconcile.with_label_values(&[result]).inc();
-        self.metrics.reconcile_duration.with_label_values(&[result]).observe(elapsed);
+        self.metrics.reconcile.observe(result, elapsed);
         match outcome {
             Outcome::Failed => {
                 self.retries.failed(key.clone());

@@ -13,6 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -21,14 +24,18 @@ use kube::Client;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use tracing::{debug, info, warn};
+use kube::runtime::events::EventType;
+use tracing::{debug, error, info, warn};
 
 use super::{Engine, Transition, acted, saving_done, wanted};
-use crate::reload::checkpoint::{Checkpoint, ShortHash, short};
+use crate::reload::checkpoint::{self, Checkpoint, short};
 use crate::watch::{Cause, Change, ResourceKey, ResourceState};
 
 /// Checkpoints saved at once.
 const CHECKPOINT_SAVES: usize = 4;
+/// The first wait after a failed checkpoint save, and the longest.
+const SAVE_RETRY_MIN: Duration = Duration::from_secs(2);
+const SAVE_RETRY_MAX: Duration = Duration::from_secs(120);
 
 /// A shard's checkpoint, read in the background for its take-up.
 pub(super) type Load = BoxFuture<'static, Loaded>;
@@ -38,13 +45,13 @@ pub(super) struct Loaded {
     shard: u32,
     /// The take-up it was read for (see [`Engine::take_up`]).
     ticket: u64,
-    /// The checkpoint and its content (`None`: there is none yet, a first start), or why it
-    /// could not be read.
-    result: Result<(Checkpoint, Option<HashMap<ResourceKey, ShortHash>>), String>,
+    /// The checkpoint and its content (`None`: none to use, a first start), or why it could
+    /// not be read.
+    result: Result<(Checkpoint, Option<checkpoint::Loaded>), String>,
 }
 
 /// What a background save wrote: per shard, the checkpoint copy and how its save went.
-pub(super) type SaveResults = Vec<(u32, Checkpoint, Result<(), crate::reload::checkpoint::Error>)>;
+pub(super) type SaveResults = Vec<(u32, Checkpoint, Result<checkpoint::Saved, checkpoint::Error>)>;
 
 /// A background save: the task, the shards it was given, and the word to stop after the
 /// checkpoint it is writing.
@@ -54,6 +61,32 @@ pub(super) struct Saving {
     hurry: CancellationToken,
     /// Saving shards to let them go.
     let_go: bool,
+}
+
+/// How long to wait before saving again after a failed save: doubling from
+/// [`SAVE_RETRY_MIN`] with jitter (replicas failing together do not retry together), up to
+/// [`SAVE_RETRY_MAX`]. A save that holds starts the sequence over.
+#[derive(Default)]
+pub(super) struct SaveRetry(Option<backon::ExponentialBackoff>);
+
+impl SaveRetry {
+    /// After a save that held (`ok`): none; else the wait before the next.
+    pub(super) fn after(&mut self, ok: bool) -> Option<Duration> {
+        if ok {
+            self.0 = None;
+            return None;
+        }
+        let retry = self.0.get_or_insert_with(|| {
+            ExponentialBuilder::new()
+                .with_min_delay(SAVE_RETRY_MIN)
+                .with_max_delay(SAVE_RETRY_MAX)
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times()
+                .build()
+        });
+        Some(retry.next().unwrap_or(SAVE_RETRY_MAX))
+    }
 }
 
 /// The shard book: the shards the engine acts on and their checkpoints, and those being taken
@@ -81,6 +114,8 @@ pub(super) struct ShardBook {
     /// Shards being let go (their changes no longer decided), with their failed saves.
     pub(super) letting_go: BTreeMap<u32, u8>,
     pub(super) next_ticket: u64,
+    /// The delays between failed saves.
+    pub(super) save_retry: SaveRetry,
 }
 
 impl ShardBook {
@@ -102,6 +137,7 @@ impl ShardBook {
             loads: FuturesUnordered::new(),
             letting_go: BTreeMap::new(),
             next_ticket: 0,
+            save_retry: SaveRetry::default(),
         }
     }
 
@@ -114,26 +150,22 @@ impl ShardBook {
 impl Engine {
     /// Compare a shard's part of the synced store with its checkpoint: what changed while
     /// nobody watched? Returns the changes to process, each with the transition to force.
-    fn initial_work(
-        &mut self,
-        shard: u32,
-        loaded: Option<HashMap<ResourceKey, ShortHash>>,
-    ) -> Vec<(Change, Option<Transition>)> {
-        let first_start = loaded.is_none();
-        let loaded = loaded.unwrap_or_default();
+    fn initial_work(&mut self, shard: u32, loaded: Option<checkpoint::Loaded>) -> Vec<(Change, Option<Transition>)> {
+        // What the checkpoint cannot vouch for (none at a first start; the resources of a part
+        // that could not be read) starts from the store's first list, as Reloader does.
+        let whole = loaded.as_ref().is_some_and(checkpoint::Loaded::is_whole);
+        let knows = |key: &ResourceKey| loaded.as_ref().is_some_and(|l| l.knows(key));
         let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
         let mut work = Vec::new();
         let current: Vec<(ResourceKey, ResourceState)> =
             self.store.resources_in(|ns| self.config.ring.shard_of(ns) == shard);
-        let baselines = if first_start {
-            self.store.baselines(|ns| self.config.ring.shard_of(ns) == shard)
-        } else {
-            HashMap::new()
-        };
+        let baselines =
+            if whole { HashMap::new() } else { self.store.baselines(|ns| self.config.ring.shard_of(ns) == shard) };
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
+        let entries = loaded.as_ref().map(|l| &l.entries);
         for (key, state) in &current {
             let change = Change { key: key.clone(), observed: Some(state.hash), previous: None, cause: Cause::Event };
-            match loaded.get(key) {
+            match entries.and_then(|e| e.get(key)) {
                 _ if replay_all => work.push((change, Some(Transition::Created))),
                 Some(last) if *last == short(&state.hash) => {
                     self.acted.insert(key.clone(), *last);
@@ -145,7 +177,7 @@ impl Engine {
                 }
                 // Reloader's default: what the first list found is the baseline. A change since
                 // (the store may be ahead of the changes on their way here) is acted on now.
-                None if first_start => match baselines.get(key) {
+                None if !knows(key) => match baselines.get(key) {
                     Some(&loaded) => {
                         self.acted.insert(key.clone(), loaded);
                         if loaded != short(&state.hash) {
@@ -160,7 +192,7 @@ impl Engine {
                 None => work.push((change, None)),
             }
         }
-        for (key, last) in loaded {
+        for (key, last) in loaded.map(|l| l.entries).into_iter().flatten() {
             if !present.contains(&key) && self.shard_of(&key) == shard {
                 self.acted.insert(key.clone(), last);
                 work.push((Change { key, observed: None, previous: None, cause: Cause::Event }, None));
@@ -191,11 +223,7 @@ impl Engine {
     }
 
     fn checkpoint_name(&self, shard: u32) -> String {
-        if self.config.ring.shards() == 1 {
-            self.config.checkpoint_name.clone()
-        } else {
-            format!("{}-shard-{shard}", self.config.checkpoint_name)
-        }
+        Checkpoint::name_of(&self.config.checkpoint_name, shard, self.config.ring.shards())
     }
 
     /// Make the active shards equal `wanted`: start letting the others go (their own writes
@@ -290,8 +318,7 @@ impl Engine {
         for key in self.acted.forget(shard) {
             self.retries.clear(&key);
         }
-        let ring = self.config.ring.clone();
-        self.metrics.forget_namespaces(|ns| ring.shard_of(ns) == shard);
+        self.metrics.checkpoints.forget(shard);
         info!(shard, "shard let go");
     }
 
@@ -334,7 +361,7 @@ impl Engine {
             self.metrics.errors.with_label_values(&["checkpoint_rejected"]).inc();
             debug!(shard, why, "the checkpoint was used in part or not at all");
         }
-        let first_start = loaded.is_none();
+        let first_start = !loaded.as_ref().is_some_and(checkpoint::Loaded::is_whole);
         let work = self.initial_work(shard, loaded);
         // The store read above is whole only if the shard is still held after it: while the
         // checkpoint loaded, the shard may have gone (this replica leaving), and the watch room
@@ -436,18 +463,20 @@ impl Engine {
         let attempted: BTreeSet<u32> = results.iter().map(|(shard, _, _)| *shard).collect();
         self.shards.dirty.extend(shards.difference(&attempted).filter(|s| self.shards.checkpoints.contains_key(s)));
         for (shard, checkpoint, result) in results {
+            // Kept either way: a failed save leaves what it learnt (the versions of the parts
+            // it wrote), and nothing it did not finish counts as written.
+            if let Some(kept) = self.shards.checkpoints.get_mut(&shard) {
+                *kept = checkpoint;
+            }
             match result {
-                Ok(()) => {
-                    if let Some(kept) = self.shards.checkpoints.get_mut(&shard) {
-                        *kept = checkpoint;
-                    }
+                Ok(report) => {
+                    self.metrics.checkpoints.saved(shard, report.bytes, report.stored);
                     saved.insert(shard);
                 }
                 Err(err) => {
                     ok = false;
                     self.shards.dirty.insert(shard);
-                    self.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                    warn!(shard, error = %err, "saving the checkpoint failed; retrying");
+                    self.note_failed_save(shard, &err);
                 }
             }
         }
@@ -459,7 +488,7 @@ impl Engine {
                     continue;
                 }
                 if !saved.contains(&shard) {
-                    warn!(shard, "letting go of a shard with an unsaved checkpoint");
+                    self.report_unsaved_let_go(shard);
                 }
                 self.drop_shard(shard);
             }
@@ -497,13 +526,60 @@ impl Engine {
             return;
         };
         match checkpoint.save(&acted::entries(map, shard, &self.store, &self.config.ring)).await {
-            Ok(()) => {
+            Ok(report) => {
                 self.shards.dirty.remove(&shard);
+                self.metrics.checkpoints.saved(shard, report.bytes, report.stored);
             }
-            Err(err) => {
-                self.metrics.errors.with_label_values(&["checkpoint"]).inc();
-                warn!(shard, error = %err, "saving the checkpoint failed; retrying");
-            }
+            Err(err) => self.note_failed_save(shard, &err),
         }
+    }
+
+    /// Count and log a failed save, with every cause (the API server's status and message).
+    fn note_failed_save(&mut self, shard: u32, err: &checkpoint::Error) {
+        let text = crate::reload::api::causes(err);
+        self.metrics.errors.with_label_values(&["checkpoint"]).inc();
+        self.metrics.checkpoints.failed(shard, text.clone());
+        warn!(shard, error = %text, "saving the checkpoint failed; retrying with backoff");
+    }
+
+    /// A shard let go although its checkpoint could not be saved: the next owner replays
+    /// from the last save that held (harmless) or, with none, starts from a baseline and
+    /// misses changes made since. The replica's own pod gets a Warning Event: it is for the
+    /// people who run the controller.
+    fn report_unsaved_let_go(&mut self, shard: u32) {
+        let status = self.metrics.checkpoints.status.shards().remove(&shard).unwrap_or_default();
+        let error = status.error.unwrap_or_default();
+        error!(shard, %error, last_saved = status.last_saved.as_deref().unwrap_or("never"),
+            "letting go of a shard whose checkpoint could not be saved; changes made while it moves may be missed");
+        if let Some(pod) = &self.config.pod {
+            let note = format!(
+                "Shard {shard} was let go with its checkpoint unsaved (last saved {}): {error}",
+                status.last_saved.as_deref().unwrap_or("never")
+            );
+            self.events.post(pod.clone(), EventType::Warning, "CheckpointNotSaved", "LetGo", note);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_saves_back_off_with_jitter_up_to_a_cap_and_a_save_that_holds_starts_over() {
+        let mut retry = SaveRetry::default();
+        assert_eq!(retry.after(true), None);
+        let delays: Vec<Duration> = (0..12).filter_map(|_| retry.after(false)).collect();
+        assert!(delays[0] >= SAVE_RETRY_MIN && delays[0] <= SAVE_RETRY_MIN * 2, "{delays:?}");
+        assert!(delays[3] >= SAVE_RETRY_MIN * 8, "doubling: {delays:?}");
+        // The cap, plus the jitter backon adds on top of it (at most as much again).
+        assert!(delays.iter().all(|d| *d <= SAVE_RETRY_MAX * 2), "{delays:?}");
+        assert!(delays[11] >= SAVE_RETRY_MAX, "{delays:?}");
+        let mut other = SaveRetry::default();
+        let others: Vec<Duration> = (0..6).filter_map(|_| other.after(false)).collect();
+        assert_ne!(delays[..6], others[..], "jittered: two replicas do not retry in step");
+        assert_eq!(retry.after(true), None);
+        let again = retry.after(false).expect("a delay");
+        assert!(again <= SAVE_RETRY_MIN * 2, "a save that held starts over: {again:?}");
     }
 }
