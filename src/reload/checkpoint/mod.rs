@@ -444,7 +444,10 @@ impl Checkpoint {
                 return Ok(Saved { stored: written.base_bytes + written.journal.1, ..Saved::default() });
             }
             let packed = format::compress(&text);
-            if packed.len() <= JOURNAL_MAX.min(written.base_bytes / 2).max(4 << 10) {
+            // The base is written again once the journal outgrows it by half (or JOURNAL_MAX),
+            // or once most of the base is gone (its parts then go too).
+            let small = packed.len() <= JOURNAL_MAX.min(written.base_bytes / 2).max(4 << 10);
+            if small && entries.len() * 2 >= written.base.len() {
                 let (parts, inline, base_bytes, count) =
                     (written.parts, written.inline.clone(), written.base_bytes, entries.len());
                 let bytes = self.write_head(parts, &inline, &packed, count).await?;
