@@ -271,6 +271,12 @@ impl Store {
         self.read().per_namespace.contains_key(namespace)
     }
 
+    /// Whether a stored workload reloads only for the keys it uses (`--reload-on-used-keys`
+    /// or its annotation).
+    pub fn reads_keys_selectively(&self) -> bool {
+        self.read().workloads.values().any(|w| w.template.key_uses.is_some())
+    }
+
     /// How many namespaces have stored objects.
     pub fn namespace_count(&self) -> usize {
         self.read().per_namespace.len()

@@ -301,8 +301,10 @@ pub struct Compactor {
     /// `--reload-on-used-keys`: workloads reload only for the keys they use, unless their
     /// annotation says `"false"` (without the flag: only those whose annotation says `"true"`).
     used_keys: bool,
-    /// Whether any workload reloads only for the keys it uses: until one does, ConfigMaps and
-    /// Secrets get no per-key hashes (shared by every clone).
+    /// Whether ConfigMaps and Secrets get per-key hashes: until the first sync every one does
+    /// (a workload reading by key may be listed after its ConfigMap, and the store keeps only
+    /// what stored workloads use once in sync); after it, only while some workload reloads for
+    /// the keys it uses (shared by every clone).
     keys_wanted: Arc<AtomicBool>,
 }
 
@@ -333,7 +335,7 @@ impl Compactor {
             keep_lookalikes: false,
             wide: false,
             used_keys: false,
-            keys_wanted: Arc::default(),
+            keys_wanted: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -386,8 +388,14 @@ impl Compactor {
         self
     }
 
-    /// Per-key hashes of a ConfigMap's or Secret's data, while some workload reloads only
-    /// for the keys it uses.
+    /// The store is in sync: per-key hashes are made from now on only if `used` (some stored
+    /// workload reloads for the keys it uses), or with `--reload-on-used-keys`; a workload
+    /// stored later that reads by key turns them on again.
+    pub fn settle_key_hashes(&self, used: bool) {
+        self.keys_wanted.store(self.used_keys || used, Ordering::Relaxed);
+    }
+
+    /// Per-key hashes of a ConfigMap's or Secret's data, while they may be wanted.
     fn key_hashes(&self, of: impl FnOnce() -> KeyHashes) -> Option<Box<KeyHashes>> {
         self.keys_wanted.load(Ordering::Relaxed).then(|| Box::new(of()))
     }

@@ -156,6 +156,13 @@ impl WatchTask {
             self.writer.settle_key_hashes(newly_synced);
         }
         if newly_synced {
+            // Every workload is listed: per-key hashes are kept on only if one reads by key.
+            let used = self.writer.store().reads_keys_selectively() || self.standby.reads_keys_selectively();
+            self.config.compactor.settle_key_hashes(used);
+            if !used {
+                self.standby.drop_key_hashes();
+                self.unselected.drop_key_hashes();
+            }
             self.shards.all_synced = true;
             self.shards.synced_for = Some(self.shards.owned.clone());
             info!(resources, workloads, shards = ?self.shards.owned, "store in sync");

@@ -43,6 +43,19 @@ impl Standby {
         self.workloads.remove(key);
     }
 
+    /// Whether a workload kept here reloads only for the keys it uses.
+    pub fn reads_keys_selectively(&self) -> bool {
+        self.workloads.values().any(|w| w.template.key_uses.is_some())
+    }
+
+    /// Drop the per-key hashes kept with resources: no workload reads by key.
+    pub fn drop_key_hashes(&mut self) {
+        self.resources.retain(|_, _, _, state| {
+            state.keys = None;
+            true
+        });
+    }
+
     /// A cluster-wide list of `kind` ended: what it did not list is gone.
     pub fn retain_listed_resources(&mut self, kind: ResourceKind, seen: &Seen) {
         self.resources.retain(|k, ns, name, _| k != kind || seen.contains(&(ns.clone(), name.clone())));

@@ -50,6 +50,17 @@ impl Unselected {
         self.entries.insert(key, Entry { state, before: None, changed_at: None });
     }
 
+    /// Drop the per-key hashes kept with resources: no workload reads by key.
+    pub fn drop_key_hashes(&mut self) {
+        self.entries.retain(|_, _, _, entry| {
+            entry.state.keys = None;
+            if let Some(before) = entry.before.as_mut() {
+                before.keys = None;
+            }
+            true
+        });
+    }
+
     pub fn remove(&mut self, key: &ResourceKey) {
         self.entries.remove(key);
     }
