@@ -102,7 +102,10 @@ async fn a_garbage_checkpoint_or_a_newer_versions_record_is_a_warning_not_a_mass
                 .patch(
                     CHECKPOINT,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({ "data": { "checkpoint": "\u{0}garbage\nC x\n\u{1F4A5} y z w v\n" } })),
+                    &Patch::Merge(json!({
+                        "data": { "parts": "\u{0}garbage\u{1F4A5}" },
+                        "binaryData": { "journal": "bm90IHpsaWI=", "base": "bm90IHpsaWIgZWl0aGVy" }
+                    })),
                 )
                 .await
                 .expect("corrupt the checkpoint");

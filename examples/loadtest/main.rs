@@ -11,6 +11,7 @@
 
 mod churn;
 mod fanout;
+mod scale;
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -67,6 +68,29 @@ fn ns_name(i: usize) -> String {
     format!("lt-{i:04}")
 }
 
+/// Where the updates go: the namespaces, the ConfigMap changed in each, and the variable its
+/// first Deployment records the change in.
+#[derive(Clone, Copy)]
+struct Layout {
+    namespace: fn(usize) -> String,
+    configmap: &'static str,
+    /// The data key an update sets, and the hash of the ConfigMap's data with it set to a value.
+    key: &'static str,
+    hash_of: fn(&str) -> String,
+    env_var: &'static str,
+}
+
+/// The load test's own namespaces (`lt-0000`...), each with `cfg-0` (one key, `v`) used by `app-0`.
+const LAYOUT: Layout = Layout {
+    namespace: ns_name,
+    configmap: "cfg-0",
+    key: "v",
+    hash_of: |value| {
+        DataHash::of_configmap(&[("v".to_string(), value.to_string())].into(), &Default::default()).to_string()
+    },
+    env_var: "STAKATER_CFG_0_CONFIGMAP",
+};
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -81,6 +105,9 @@ async fn main() -> anyhow::Result<()> {
         let per_wave: usize = args.get(3).context(usage)?.parse()?;
         let rounds: usize = args.get(4).map_or(Ok(1), |r| r.parse())?;
         return churn::churn(total, per_wave, rounds).await;
+    }
+    if args.get(1).map(String::as_str) == Some("scale") {
+        return scale::scale(&args[2..]).await;
     }
     if args.get(1).map(String::as_str) == Some("fanout") {
         let usage = "usage: loadtest fanout <deployments> <updates> <replicas> [reloader args...]";
@@ -127,7 +154,7 @@ async fn main() -> anyhow::Result<()> {
     let pids: Vec<u32> = controllers.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p).unwrap_or(0.0)).collect();
     let before: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
-    let all_updates = run_updates(&client, namespaces, load, &ports).await?;
+    let all_updates = run_updates(&client, namespaces, load, &ports, LAYOUT).await?.updates;
     let latencies = sorted_latencies(&all_updates);
     let after: Vec<HashMap<String, f64>> = futures::future::join_all(ports.iter().map(|p| api_calls(*p))).await;
 
@@ -187,7 +214,7 @@ async fn handoff(client: &Client, namespaces: usize, controllers: &mut Vec<(Chil
     let load = Load { updates: HANDOFF_UPDATES, rate: Some(25), change: Change::Data };
     let updates = tokio::spawn({
         let (client, ports) = (client.clone(), ports.clone());
-        async move { run_updates(&client, namespaces, load, &ports).await }
+        async move { run_updates(&client, namespaces, load, &ports, LAYOUT).await }
     });
     // The driver's watch lists the Deployments first (about a second at 2,000 namespaces).
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -215,7 +242,7 @@ async fn handoff(client: &Client, namespaces: usize, controllers: &mut Vec<(Chil
         "SIGTERM handoff: the other replicas act on all 16 shards {:.1?} after the signal (sent at {signalled})",
         started.elapsed()
     );
-    let latencies = sorted_latencies(&updates.await??);
+    let latencies = sorted_latencies(&updates.await??.updates);
     println!("updates across the handoff ({} of {HANDOFF_UPDATES} observed): {}", latencies.len(), summary(&latencies));
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     Ok(())
@@ -328,7 +355,11 @@ async fn start_one_with(
     let binary = std::env::var("RELOADER_BIN").unwrap_or_else(|_| "target/release/reloader".into());
     {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}"), format!("--shards={}", shards_of(mode))];
+        let mut args = vec![format!("--metrics-addr=127.0.0.1:{port}")];
+        // `default`: the flags a plain install runs with (one shard, the whole cluster).
+        if mode != "default" {
+            args.push(format!("--shards={}", shards_of(mode)));
+        }
         if replicas > 1 {
             args.extend(["--enable-ha".to_string(), "--leader-election-retry-period=1s".to_string()]);
         }
@@ -336,8 +367,10 @@ async fn start_one_with(
             "scoped" => {
                 args.push(format!("--namespaces={}", (0..namespaces).map(ns_name).collect::<Vec<_>>().join(",")))
             }
-            // The scenario selects its own namespaces (`extra`).
-            "churn" => {}
+            // The scenario selects its own namespaces (`extra`), or watches the whole cluster.
+            "churn" | "default" | "whole" => {}
+            // The whole cluster, filtered by the API server by shard.
+            "whole-server" => args.push("--shard-placement=fnv-ranges".into()),
             // Cluster-wide watches the API server filters by shard (ShardedListAndWatch).
             "server" => args.extend([format!("--namespace-selector={LABEL}=1"), "--shard-placement=fnv-ranges".into()]),
             _ => args.push(format!("--namespace-selector={LABEL}=1")),
@@ -351,6 +384,8 @@ async fn start_one_with(
             .env("POD_NAME", format!("lt-replica-{r}"))
             .env("POD_NAMESPACE", HOME)
             .env("HEALTH_ADDR", "127.0.0.1:0")
+            // Several replicas on one machine: no fixed data-view port either.
+            .env("ADMIN_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", std::env::var("LOADTEST_LOG").unwrap_or_else(|_| STAGE_LOGS.into()))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
@@ -458,9 +493,10 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
     body.contains(" 200 ").then(|| body.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }
 
-/// Shards of a run: 16, or 1 for `single` (cluster-wide watches, no shards: the baseline).
+/// Shards of a run: 16, or 1 for `single` (cluster-wide watches, no shards: the baseline) and
+/// `default` (no flag: one).
 fn shards_of(mode: &str) -> u32 {
-    if mode == "single" { 1 } else { 16 }
+    if mode == "single" || mode == "default" { 1 } else { 16 }
 }
 
 async fn wait_ready(ports: &[u16], replicas: usize, shards: u32) -> anyhow::Result<()> {
@@ -544,7 +580,13 @@ type Updates = Arc<Mutex<HashMap<(String, String), Update>>>;
 /// by namespace and the hash `app-0` records for it, as seen by a watch on Deployments (which
 /// has finished its initial list before the first update leaves: an update observed only in
 /// that list would count the list's time as latency).
-async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u16]) -> anyhow::Result<Updates> {
+async fn run_updates(
+    client: &Client,
+    namespaces: usize,
+    load: Load,
+    ports: &[u16],
+    layout: Layout,
+) -> anyhow::Result<Run> {
     let Load { updates, rate, change } = load;
     let all: Updates = Arc::default();
     let pending: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
@@ -553,15 +595,18 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
     // Updates a later update of the same ConfigMap overtook before their own patch was seen:
     // the controller acts on the latest data (level-triggered), so theirs is never recorded.
     let coalesced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Rollouts of a Deployment that recorded the same value before and after.
+    let repeated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (listed_tx, listed) = tokio::sync::oneshot::channel::<()>();
     let watch = tokio::spawn({
         let (pending, all, client, rolled) = (pending.clone(), all.clone(), client.clone(), rolled.clone());
-        let coalesced = coalesced.clone();
+        let (coalesced, repeated) = (coalesced.clone(), repeated.clone());
         async move {
             let api: Api<Deployment> = Api::all(client);
             let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
             let mut listed_tx = Some(listed_tx);
-            let mut generations: HashMap<(String, String), i64> = HashMap::new();
+            // Per Deployment: its generation and the value it records, as last seen.
+            let mut generations: HashMap<(String, String), (i64, Option<String>)> = HashMap::new();
             while let Some(Ok(event)) = stream.next().await {
                 let (d, initial) = match event {
                     watcher::Event::Apply(d) => (d, false),
@@ -577,16 +622,20 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
                 let ns = d.metadata.namespace.clone().unwrap_or_default();
                 let id = (ns.clone(), d.metadata.name.clone().unwrap_or_default());
                 let generation = d.metadata.generation.unwrap_or(0);
-                let grew = generations.insert(id.clone(), generation).is_some_and(|g| generation > g);
-                if grew
-                    && !initial
-                    && let Ok(mut rolled) = rolled.lock()
-                {
-                    *rolled.entry(id).or_insert(0) += 1;
-                }
                 let value = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).and_then(|s| {
-                    s.containers[0].env.as_ref()?.iter().find(|e| e.name == "STAKATER_CFG_0_CONFIGMAP")?.value.clone()
+                    s.containers[0].env.as_ref()?.iter().find(|e| e.name == layout.env_var)?.value.clone()
                 });
+                let before = generations.insert(id.clone(), (generation, value.clone()));
+                let grew = before.as_ref().is_some_and(|(g, _)| generation > *g);
+                if grew && !initial {
+                    if let Ok(mut rolled) = rolled.lock() {
+                        *rolled.entry(id).or_insert(0) += 1;
+                    }
+                    // Rolled again with the value it recorded already: twice for one change.
+                    if before.is_some_and(|(_, v)| v.is_some() && v == value) {
+                        repeated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 let Some(value) = value else { continue };
                 let key = (ns, value);
                 let started = pending.lock().ok().and_then(|mut p| {
@@ -622,9 +671,9 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        let ns = ns_name((state % namespaces as u64) as usize);
+        let ns = (layout.namespace)((state % namespaces as u64) as usize);
         let value = format!("r{run}-u{u}");
-        let hash = DataHash::of_configmap(&[("v".to_string(), value.clone())].into(), &Default::default()).to_string();
+        let hash = (layout.hash_of)(&value);
         let key = (ns.clone(), hash);
         let permit = in_flight.clone().acquire_owned().await?;
         if let (Ok(mut p), Ok(mut all)) = (pending.lock(), all.lock()) {
@@ -636,12 +685,12 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
         let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
         let all = all.clone();
         let body = match change {
-            Change::Data => json!({ "data": { "v": value } }),
+            Change::Data => json!({ "data": { layout.key: value } }),
             Change::Annotation => json!({ "metadata": { "annotations": { "loadtest/touched": value } } }),
         };
         sends.push(tokio::spawn(async move {
             let _permit = permit;
-            let result = api.patch("cfg-0", &PatchParams::default(), &Patch::Merge(body)).await;
+            let result = api.patch(layout.configmap, &PatchParams::default(), &Patch::Merge(body)).await;
             if let Ok(mut all) = all.lock()
                 && let Some(update) = all.get_mut(&key)
             {
@@ -687,7 +736,19 @@ async fn run_updates(client: &Client, namespaces: usize, load: Load, ports: &[u1
     if missing > 0 {
         println!("WARNING: {missing} updates were not observed as patches within 120 s");
     }
-    Ok(all)
+    let twice = repeated.load(std::sync::atomic::Ordering::Relaxed);
+    if twice > 0 {
+        println!("WARNING: {twice} rollouts of a Deployment recorded a value it recorded already (rolled twice)");
+    }
+    Ok(Run { updates: all, twice, lost: missing })
+}
+
+/// What a run of updates found: each update's times, rollouts of a value recorded already,
+/// and updates never recorded (nor overtaken by a later one).
+struct Run {
+    updates: Updates,
+    twice: usize,
+    lost: usize,
 }
 
 /// Objects of their own shards the replicas' watches have received so far, summed (each

@@ -465,33 +465,13 @@ impl Checkpoint {
     async fn rewrite(&mut self, entries: &ShardMap) -> Result<Saved, Error> {
         let previous = self.written.as_ref().map_or(0, |w| w.parts);
         let per_entry =
-            self.written.as_ref().filter(|w| !w.base.is_empty()).map_or(24, |w| w.base_bytes / w.base.len());
-        let mut parts = if entries.len() * per_entry.clamp(8, 256) <= INLINE_MAX {
-            0
-        } else {
-            layout_for(entries.len() * per_entry, previous)
-        };
-        let (inline, packed) = loop {
-            if parts == 0 {
-                let packed = format::compress(&format::render(entries.iter().map(|(k, h)| (k, Some(*h)))));
-                if packed.len() <= INLINE_MAX {
-                    break (packed, Vec::new());
-                }
-                parts = layout_for(packed.len(), previous);
-                continue;
-            }
-            let packed = pack_parts(entries, parts);
-            if packed.iter().all(|(_, bytes)| bytes.len() <= MAX_OBJECT) {
-                break (Vec::new(), packed);
-            }
-            if parts >= MAX_PARTS {
-                return Err(Error::TooLarge {
-                    namespace: self.namespace.clone(),
-                    name: self.name.clone(),
-                    entries: entries.len(),
-                });
-            }
-            parts *= 2;
+            self.written.as_ref().filter(|w| !w.base.is_empty()).map_or(16, |w| w.base_bytes / w.base.len());
+        let Some(Cut { parts, inline, packed }) = cut(entries, previous, per_entry) else {
+            return Err(Error::TooLarge {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                entries: entries.len(),
+            });
         };
         let (mut bytes, mut objects) = self.write_parts(previous, &packed).await?;
         let empty = format::compress("");
@@ -681,6 +661,49 @@ fn layout_for(bytes: usize, previous: u32) -> u32 {
 /// [`Checkpoint::write_parts`]).
 fn write_order(previous: u32, parts: u32) -> impl Iterator<Item = u32> {
     (previous.min(parts)..parts).chain(0..previous.min(parts))
+}
+
+/// A base cut for its size: in the head (`parts` 0, `inline`), or in parts (each part's text
+/// digest and compressed text).
+struct Cut {
+    parts: u32,
+    inline: Vec<u8>,
+    packed: Vec<(u64, Vec<u8>)>,
+}
+
+/// Cut `entries` into the layout for their size (see [`layout_for`]); `per_entry`: the
+/// compressed bytes a resource took last time, to guess the layout before compressing.
+/// `None` when they do not fit in [`MAX_PARTS`] parts.
+fn cut(entries: &ShardMap, previous: u32, per_entry: usize) -> Option<Cut> {
+    let estimate = entries.len() * per_entry.clamp(8, 256);
+    // Near the line, compressing once tells (an estimate is a guess: names differ by cluster).
+    let mut parts = if estimate <= INLINE_MAX * 2 { 0 } else { layout_for(estimate, previous) };
+    loop {
+        if parts == 0 {
+            let packed = format::compress(&format::render(entries.iter().map(|(k, h)| (k, Some(*h)))));
+            if packed.len() <= INLINE_MAX {
+                return Some(Cut { parts, inline: packed, packed: Vec::new() });
+            }
+            parts = layout_for(packed.len(), previous);
+            continue;
+        }
+        let packed = pack_parts(entries, parts);
+        if packed.iter().all(|(_, bytes)| bytes.len() <= MAX_OBJECT) {
+            return Some(Cut { parts, inline: Vec::new(), packed });
+        }
+        if parts >= MAX_PARTS {
+            return None;
+        }
+        parts *= 2;
+    }
+}
+
+/// What the checkpoint of `entries` takes as a save would write it: the parts it is cut into
+/// (0: in the head) and its compressed bytes; `None` when it does not fit. For sizing (`cargo
+/// bench --bench placement`).
+pub fn footprint(entries: &ShardMap) -> Option<(u32, usize)> {
+    let Cut { parts, inline, packed } = cut(entries, 0, 16)?;
+    Some((parts, inline.len() + packed.iter().map(|(_, b)| b.len()).sum::<usize>()))
 }
 
 /// The text of each of `parts` parts of `entries`: its digest and compressed form.
