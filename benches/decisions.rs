@@ -68,7 +68,7 @@ fn net(stats: stats_alloc::Stats) -> isize {
 
 fn build(namespaces: usize, workloads_per_ns: usize) -> Built {
     let keys = Keys::default();
-    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+    let compactor = Compactor::new(keys.annotation_keys(), false);
     let configmaps = CONFIGMAPS_PER_NS.min(workloads_per_ns);
     let jsons: Vec<Value> = (0..namespaces)
         .flat_map(|n| (0..workloads_per_ns).map(move |i| deployment_json(&format!("ns-{n}"), i, configmaps)))
@@ -158,7 +158,7 @@ fn typed_bytes_per_deployment() -> isize {
 /// what its write needs (the job template, the Job's spec, the containers).
 fn stored_bytes_per(kind: WorkloadKind) -> isize {
     let keys = Keys::default();
-    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+    let compactor = Compactor::new(keys.annotation_keys(), false);
     let jsons: Vec<Value> = (0..1000)
         .map(|i| {
             let mut d = deployment_json("ns", i, 100);
@@ -188,7 +188,7 @@ fn stored_bytes_per(kind: WorkloadKind) -> isize {
 /// watches do; the store's bytes, and changes decided a second (each compared by key when on).
 fn used_keys_figures(namespaces: usize, on: bool) -> (isize, f64) {
     let keys = Keys::default();
-    let compactor = Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false);
+    let compactor = Compactor::new(keys.annotation_keys(), false);
     let compactor = if on { compactor.reloading_on_used_keys() } else { compactor };
     let configmap = |ns: &str, name: &str, data: Value| -> SlimConfigMap {
         serde_json::from_value(

@@ -619,3 +619,25 @@ async fn every_rule_applies_to_cronjobs_jobs_and_rollouts_in_both_strategies() {
         }
     }
 }
+
+/// Issue 49: a CronJob's job template (or a Job's spec) is kept for its write only up to 64 KiB,
+/// so that no object's size decides the controller's memory; a larger one is read with a GET
+/// when its reload comes, and the CronJob still gets its Job with the new hash.
+#[tokio::test]
+async fn a_cronjob_too_large_to_keep_still_gets_its_job() {
+    scenario("big-cronjob", Strategy::EnvVars, &[], |ctx, controller| async move {
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "app-config", &[("mode", "a")]).await;
+        let big = json!({ "name": "job", "envFrom": [{ "configMapRef": { "name": "app-config" } }],
+                          "env": [{ "name": "PAYLOAD", "value": "x".repeat(reloader_fleet::watch::RAW_LIMIT + 1) }] });
+        Workload::new(Kind::CronJob, "large").auto().container(big).create(c, ns).await;
+        wait_stored(&controller, 1).await;
+        patch_configmap(c, ns, "app-config", json!({ "data": { "mode": "b" } })).await;
+        wait_jobs(&ctx, "large", 1, Cm, "app-config", &cm_hash(&[("mode", "b")])).await;
+        let job = &jobs_of(c, ns, "large").await[0];
+        let payload = job["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"].as_str().unwrap_or_default();
+        assert_eq!(payload.len(), reloader_fleet::watch::RAW_LIMIT + 1, "the Job has the whole template");
+        controller
+    })
+    .await;
+}

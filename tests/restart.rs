@@ -367,7 +367,7 @@ fn cm_data_hash(value: &str) -> DataHash {
 
 fn compactor() -> Compactor {
     let keys = Keys::default();
-    Compactor::new(keys.workload_keys(), keys.ignore.clone(), keys.search_match.clone(), false)
+    Compactor::new(keys.annotation_keys(), false)
 }
 
 /// The reload engine run in this process on a store the test fills, with the channels the

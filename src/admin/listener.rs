@@ -1,14 +1,21 @@
-//! One admin listener with the limits any port a pod exposes needs: a slow or silent client
-//! cannot hold it, many clients cannot queue work without bound, and no request runs for ever.
+//! One admin listener with the limits any port a pod exposes needs: no client, however slow
+//! or many its connections, can keep the kubelet's probes or Prometheus from an answer, many
+//! clients cannot queue work without bound, and no request runs for ever.
 //!
 //! ```text
-//!  accept ─▶ at most MAX_IN_FLIGHT connections open (one more is answered 503 and closed)
-//!         ─▶ HTTP/1.1, one request per connection (so as many requests at once),
-//!            headers within HEADER_READ_TIMEOUT, the answer within the request timeout (408)
+//!  accept ─▶ at most MAX_CONNECTIONS open, MAX_PER_PEER from one address (more: closed at once)
+//!         ─▶ HTTP/1.1, one request per connection, headers within HEADER_READ_TIMEOUT
+//!         ─▶ probes (/live /healthz /readyz) answered at once, from memory
+//!            any other request: at most MAX_IN_FLIGHT at once (one more is answered 503),
+//!            the answer within the request timeout (408)
 //! ```
+//! A slow client costs a task and a socket, not a slot others need: a thousand of them held
+//! open leave the probes answering (`cargo test --lib slow_clients`, and `loadtest/noisy`).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -24,10 +31,16 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
-/// Connections, and so requests, open at once; one more is answered 503 at once.
+/// Connections open at once: a connection waiting for its headers costs a task, a socket and
+/// hyper's read buffer (about 8 KiB), so thousands fit where 32 slots did not.
+const MAX_CONNECTIONS: usize = 2048;
+/// Connections one peer address may hold at once: one pod cannot take the listener alone (the
+/// kubelet and Prometheus connect from addresses of their own).
+const MAX_PER_PEER: usize = 128;
+/// Requests other than the probes handled at once; one more is answered 503 at once.
 const MAX_IN_FLIGHT: usize = 32;
-/// Time a client has to send its request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to send its request headers (the kubelet sends them at once).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long shutdown waits for requests in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long accepting waits after an error (out of file descriptors, say) before trying again.
@@ -35,8 +48,47 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// How long, and how much of its request, a refused client is given to read the refusal.
 const BUSY_GRACE: Duration = Duration::from_secs(1);
 const BUSY_DRAIN: u64 = 16 * 1024;
+/// Refusals answered at once; past that a connection over the limits is closed unanswered, so a
+/// flood of connections costs no more than it takes to close them.
+const MAX_REFUSALS: usize = 64;
 /// The whole answer to a connection over the limit.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+/// Paths answered outside [`MAX_IN_FLIGHT`]: the probes, which read a flag and a few strings.
+const PROBES: [&str; 3] = ["/live", "/healthz", "/readyz"];
+
+/// Connections held per peer address; each [`PeerSlot`] gives its place back when dropped.
+#[derive(Clone, Default)]
+struct Peers(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+struct PeerSlot {
+    peers: Peers,
+    addr: IpAddr,
+}
+
+impl Peers {
+    /// A place for one more connection from `addr`, unless it holds [`MAX_PER_PEER`].
+    fn enter(&self, addr: IpAddr) -> Option<PeerSlot> {
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(addr).or_default();
+        if *count >= MAX_PER_PEER {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot { peers: self.clone(), addr })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self.peers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.addr) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.addr);
+            }
+        }
+    }
+}
 
 /// Serve `router` on `listener` until `shutdown`, each request within `request_timeout`.
 /// A failed accept or connection is logged and the listener goes on.
@@ -46,13 +98,16 @@ pub(crate) async fn serve(
     request_timeout: Duration,
     shutdown: CancellationToken,
 ) {
-    let open = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
+    let peers = Peers::default();
     let graceful = GracefulShutdown::new();
     loop {
-        let mut stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     warn!(error = %err, "accepting an admin connection failed");
                     tokio::time::sleep(ACCEPT_RETRY).await;
@@ -60,23 +115,15 @@ pub(crate) async fn serve(
                 }
             },
         };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            debug!("too many admin requests at once; answering 503");
-            tokio::spawn(async move {
-                // Answered, then the request read and dropped: closing with it unread would
-                // reset the connection before the client reads the answer.
-                let refuse = async {
-                    stream.write_all(BUSY).await?;
-                    stream.shutdown().await?;
-                    tokio::io::copy(&mut (&mut stream).take(BUSY_DRAIN), &mut tokio::io::sink()).await
-                };
-                let _ = tokio::time::timeout(BUSY_GRACE, refuse).await;
-            });
+        let slots = open.clone().try_acquire_owned().ok().zip(peers.enter(peer.ip()));
+        let Some((permit, peer_slot)) = slots else {
+            debug!(peer = %peer.ip(), "too many admin connections; refusing one");
+            refuse(stream, &refusals);
             continue;
         };
-        let router = router.clone();
+        let (router, in_flight) = (router.clone(), in_flight.clone());
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            answer(router.clone(), request, request_timeout)
+            answer(router.clone(), request, request_timeout, in_flight.clone())
         });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
@@ -88,7 +135,7 @@ pub(crate) async fn serve(
             if let Err(err) = connection.await {
                 debug!(error = %err, "admin connection ended with an error");
             }
-            drop(permit);
+            drop((permit, peer_slot));
         });
     }
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
@@ -96,12 +143,39 @@ pub(crate) async fn serve(
     }
 }
 
-/// The router's answer to `request`, or 408 once `timeout` has passed.
+/// Answer 503 to a connection over the limits, or close it unanswered when many are being
+/// refused already.
+fn refuse(mut stream: tokio::net::TcpStream, refusals: &Arc<Semaphore>) {
+    let Ok(permit) = refusals.clone().try_acquire_owned() else { return };
+    tokio::spawn(async move {
+        let _permit = permit;
+        // Answered, then the request read and dropped: closing with it unread would reset the
+        // connection before the client reads the answer.
+        let refuse = async {
+            stream.write_all(BUSY).await?;
+            stream.shutdown().await?;
+            tokio::io::copy(&mut (&mut stream).take(BUSY_DRAIN), &mut tokio::io::sink()).await
+        };
+        let _ = tokio::time::timeout(BUSY_GRACE, refuse).await;
+    });
+}
+
+/// The router's answer to `request`, or 408 once `timeout` has passed; 503 at once when
+/// [`MAX_IN_FLIGHT`] requests other than probes are being answered.
 async fn answer(
     router: Router,
     request: Request<hyper::body::Incoming>,
     timeout: Duration,
+    in_flight: Arc<Semaphore>,
 ) -> Result<Response<Body>, Infallible> {
+    let _permit = if PROBES.contains(&request.uri().path()) {
+        None
+    } else {
+        match in_flight.try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => return Ok((StatusCode::SERVICE_UNAVAILABLE, "too many requests at once\n").into_response()),
+        }
+    };
     match tokio::time::timeout(timeout, router.oneshot(request.map(Body::new))).await {
         Ok(answered) => answered,
         Err(_) => Ok((StatusCode::REQUEST_TIMEOUT, "the request took too long\n").into_response()),
@@ -149,6 +223,79 @@ mod tests {
         let _ = silent.read_to_end(&mut buf).await;
         assert!(started.elapsed() < HEADER_READ_TIMEOUT * 3, "held for {:?}", started.elapsed());
         stop.cancel();
+    }
+
+    /// A connection from `source` (a loopback address of its own) that sends its request one
+    /// byte at a time, every `pace`, and connects again when cut: a slowloris.
+    async fn slow_client(
+        addr: std::net::SocketAddr,
+        source: std::net::IpAddr,
+        pace: Duration,
+        stop: CancellationToken,
+    ) {
+        let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+        while !stop.is_cancelled() {
+            let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+            if socket.bind(std::net::SocketAddr::new(source, 0)).is_err() {
+                return;
+            }
+            let Ok(mut stream) = socket.connect(addr).await else {
+                tokio::time::sleep(pace).await;
+                continue;
+            };
+            for byte in request.iter() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(pace) => {}
+                }
+                if stream.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Issue 49: 40 clients sending one header byte at a time took the 32 connection slots
+    /// and 75 of 80 kubelet probes (1 s timeout) failed. A thousand slow clients now, from
+    /// eight addresses, and every probe from another address answers within the kubelet's
+    /// timeout; one address alone holds no more than its share.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_clients_by_the_thousand_leave_the_probes_answering() {
+        let router = Router::new().route("/healthz", get(|| async { "ok" }));
+        let (addr, stop) = started(router, Duration::from_secs(5)).await;
+        let clients = CancellationToken::new();
+        for i in 0..1000u32 {
+            let source = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2 + (i % 8) as u8));
+            tokio::spawn(slow_client(addr, source, Duration::from_millis(100), clients.clone()));
+        }
+        // One more address trying to hold far more than its share.
+        for _ in 0..300 {
+            let source = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 10));
+            tokio::spawn(slow_client(addr, source, Duration::from_millis(100), clients.clone()));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut failed = Vec::new();
+        for probe in 0..20 {
+            let answer = tokio::time::timeout(Duration::from_secs(1), request(addr, "/healthz")).await;
+            if !answer.as_ref().is_ok_and(|a| a.starts_with("HTTP/1.1 200")) {
+                failed.push((probe, answer));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        clients.cancel();
+        stop.cancel();
+        assert!(failed.is_empty(), "{} of 20 probes failed the kubelet's 1 s timeout: {failed:?}", failed.len());
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share() {
+        let peers = Peers::default();
+        let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        let held: Vec<PeerSlot> = (0..MAX_PER_PEER * 2).filter_map(|_| peers.enter(addr)).collect();
+        assert_eq!(held.len(), MAX_PER_PEER);
+        assert!(peers.enter(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1))).is_some(), "others get in");
+        drop(held);
+        assert!(peers.enter(addr).is_some(), "places are given back");
     }
 
     #[tokio::test]

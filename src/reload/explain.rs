@@ -210,7 +210,7 @@ impl Explainer<'_> {
             return report;
         };
         report.found = true;
-        report.findings = lint::workload(self.rules.keys(), &workload);
+        report.findings = lint::workload(self.rules.keys(), &workload, &mut crate::reload::Patterns::default());
         let mut resources: BTreeSet<(ResourceKind, String)> =
             workload.template.references().map(|(k, n)| (*k, n.to_string())).collect();
         // Resources a `.../reload` list may name: every stored one of that kind in the namespace,

@@ -133,6 +133,25 @@ impl Keys {
         ]
     }
 
+    /// The annotations the watches keep, and which of them can make a workload reload.
+    pub fn annotation_keys(&self) -> crate::watch::AnnotationKeys {
+        crate::watch::AnnotationKeys {
+            workload: self.workload_keys(),
+            reloading: vec![
+                self.auto.clone(),
+                self.configmap_auto.clone(),
+                self.secret_auto.clone(),
+                self.secret_provider_class_auto.clone(),
+                self.configmap_reload.clone(),
+                self.secret_reload.clone(),
+                self.secret_provider_class_reload.clone(),
+                self.search.clone(),
+            ],
+            ignore: self.ignore.clone(),
+            search_match: self.search_match.clone(),
+        }
+    }
+
     /// Keys whose presence puts a workload in its namespace's "explicit list" index: such
     /// workloads are candidates for every change of that kind, referenced or not.
     pub fn explicit_keys(&self) -> Vec<String> {

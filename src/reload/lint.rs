@@ -20,8 +20,8 @@
 
 use crate::reload::duration::{COALESCE_WINDOW_MAX, PAUSE_PERIOD_MAX, parse_go_duration, shown};
 use crate::reload::{
-    COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, Keys, LAST_RELOADED_FROM, RELOADED_HASHES, ROLLOUT_STRATEGY,
-    compile_entry, named_entries, parse_go_bool,
+    COALESCE_WINDOW, CRONJOB_RELOAD_STRATEGY, EXPLICIT_LIST_LIMIT, Keys, LAST_RELOADED_FROM, Patterns, RELOADED_HASHES,
+    ROLLOUT_STRATEGY, Refused, named_entries, parse_go_bool, refused_too_many,
 };
 use crate::watch::{Annotations, ResourceKind, Workload, used_keys};
 
@@ -97,7 +97,7 @@ impl<'a> Known<'a> {
 
 /// Findings on a workload, from its metadata and pod template annotations. The absent-resource
 /// check needs the store and is [`listed_names`]' business.
-pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
+pub fn workload(keys: &Keys, workload: &Workload, patterns: &mut Patterns) -> Vec<Finding> {
     let known = Known::new(keys);
     let mut out = Vec::new();
     for annotations in [&workload.annotations, &workload.template.annotations] {
@@ -127,17 +127,38 @@ pub fn workload(keys: &Keys, workload: &Workload) -> Vec<Finding> {
             }
         }
         for list_key in [&keys.configmap_reload, &keys.secret_reload, &keys.secret_provider_class_reload] {
-            let entries = annotations.get(list_key).into_iter().flat_map(|l| l.split(',')).map(str::trim);
-            for (entry, err) in entries.filter_map(|e| compile_entry(e).err().map(|err| (e, err))) {
-                let why = err.lines().last().unwrap_or_default().trim().to_string();
+            let Some(list) = annotations.get(list_key) else { continue };
+            // Read under the engine's own limits: the lint never holds or compiles more.
+            if list.len() > EXPLICIT_LIST_LIMIT {
                 out.push(Finding {
-                    code: "invalid-pattern",
+                    code: "list-too-long",
                     annotation: list_key.clone(),
                     message: format!(
-                        "{list_key:?} entry {entry:?} is not a valid regular expression ({why}) and never \
-                         matches: fix or remove it"
+                        "{list_key:?} is {} bytes, longer than the {EXPLICIT_LIST_LIMIT} read: the list is ignored",
+                        list.len()
                     ),
                 });
+                continue;
+            }
+            for (entry, why) in patterns.refused(list) {
+                let message = match why {
+                    Refused::Invalid(err) => {
+                        let why = err.lines().last().unwrap_or_default().trim().to_string();
+                        format!(
+                            "{list_key:?} entry {entry:?} is not a valid regular expression ({why}) and never \
+                             matches: fix or remove it"
+                        )
+                    }
+                    Refused::TooMany => {
+                        out.push(Finding {
+                            code: "too-many-patterns",
+                            annotation: list_key.clone(),
+                            message: format!("{list_key:?} entry {entry:?}: {}", refused_too_many()),
+                        });
+                        break;
+                    }
+                };
+                out.push(Finding { code: "invalid-pattern", annotation: list_key.clone(), message });
             }
         }
         let on = |key: &str| annotations.get(key).is_some_and(|v| parse_go_bool(v) == Some(true));

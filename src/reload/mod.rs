@@ -33,8 +33,8 @@ pub use keys::{
 pub use metrics::{CheckpointStatus, Metrics, NamespaceCounts, NamespaceStats, ShardCheckpoint};
 pub use pause::{merge_patch, pause_patch, resume_patch};
 pub use rules::{
-    Decision, Mode, Options, Problem, Rule, Rules, Verdict, compile_entry, named_entries, parse_go_bool,
-    target_container,
+    Decision, EXPLICIT_LIST_LIMIT, Mode, Options, Patterns, Problem, Refused, Rule, Rules, Verdict, compile_entry,
+    named_entries, parse_go_bool, refused_too_many, target_container,
 };
 pub use strategy::{
     Item, OrphanedEnvVars, ReloadSource, Strategy, Target, apply_strategic, delete_marker, orphaned_env_vars, plan,

@@ -9,10 +9,6 @@
 //! Explicit lists reload whether or not the workload references the resource; every other rule
 //! requires a reference (a container that uses it).
 
-use std::collections::HashMap;
-
-use regex::Regex;
-
 use crate::reload::Keys;
 use crate::watch::{Annotations, PodTemplate, Reference, ResourceKind, ResourceState};
 
@@ -136,27 +132,23 @@ impl Decision {
     }
 }
 
-/// Compiled explicit-list patterns kept at most; the cache starts over beyond that.
-const PATTERN_CACHE_LIMIT: usize = 10_000;
 /// Longest `.../reload` list read. Kubernetes allows 256 KiB of annotations per object; a
-/// list this long is a mistake, and compiling it entry by entry on every change would stall
+/// list this long is a mistake, and reading it entry by entry on every change would stall
 /// the engine for everyone.
-const EXPLICIT_LIST_LIMIT: usize = 16 * 1024;
-/// Compiled size a single entry may reach (the regex crate's default is 10 MiB).
-const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+pub const EXPLICIT_LIST_LIMIT: usize = 16 * 1024;
 
-/// The rules with their settings, plus a cache of compiled explicit-list patterns (an
-/// explicit list is otherwise compiled again for every change of its namespace).
+/// The rules with their settings, plus the compiled explicit-list patterns (a list is
+/// otherwise compiled again for every change of its namespace), kept within a budget.
 #[derive(Debug)]
 pub struct Rules {
     keys: Keys,
     options: Options,
-    patterns: HashMap<String, Result<Regex, String>>,
+    patterns: Patterns,
 }
 
 impl Rules {
     pub fn new(keys: Keys, options: Options) -> Self {
-        Rules { keys, options, patterns: HashMap::new() }
+        Rules { keys, options, patterns: Patterns::default() }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -259,9 +251,10 @@ impl Rules {
 
 /// One entry per comma, each trimmed and anchored as `^entry$` (not grouped: `a|b` means
 /// "starts with a or ends with b", exactly as Reloader builds it). A bad entry is reported and
-/// skipped; the others still count.
+/// skipped; the others still count. Past [`patterns::PER_LIST`] regular expressions the
+/// rest are reported once and not read.
 fn explicit_list_matches(
-    patterns: &mut HashMap<String, Result<Regex, String>>,
+    patterns: &mut Patterns,
     annotation: &str,
     list: &str,
     name: &str,
@@ -271,18 +264,26 @@ fn explicit_list_matches(
         problems.push(Problem::new(annotation, list, format!("the list is longer than {EXPLICIT_LIST_LIMIT} bytes")));
         return false;
     }
-    for entry in list.split(',').map(str::trim) {
-        if patterns.len() >= PATTERN_CACHE_LIMIT && !patterns.contains_key(entry) {
-            patterns.clear();
+    let mut too_many = false;
+    patterns.any_matches(list, name, |entry, why| match why {
+        Refused::Invalid(err) => {
+            problems.push(Problem::new(annotation, entry, format!("invalid regular expression: {err}")));
         }
-        let compiled = patterns.entry(entry.to_string()).or_insert_with(|| compile_entry(entry));
-        match compiled {
-            Ok(re) if re.is_match(name) => return true,
-            Ok(_) => {}
-            Err(err) => problems.push(Problem::new(annotation, entry, format!("invalid regular expression: {err}"))),
+        Refused::TooMany if !too_many => {
+            too_many = true;
+            problems.push(Problem::new(annotation, entry, refused_too_many()));
         }
-    }
-    false
+        Refused::TooMany => {}
+    })
+}
+
+/// The reason given for the entries past [`patterns::PER_LIST`] regular expressions.
+pub fn refused_too_many() -> String {
+    format!(
+        "more than {} regular expressions in one list: this entry and the later regular expressions are not read \
+         (names are not counted)",
+        patterns::PER_LIST
+    )
 }
 
 /// Go's `strconv.ParseBool`, which Reloader v1 uses for `auto` values. Empty means absent;
@@ -296,14 +297,6 @@ fn parse_bool(annotation: &str, value: &str, problems: &mut Vec<Problem>) -> boo
             false
         }
     }
-}
-
-/// One `.../reload` list entry as Reloader builds it: `^entry$`, not grouped.
-pub fn compile_entry(entry: &str) -> Result<Regex, String> {
-    regex::RegexBuilder::new(&format!("^{entry}$"))
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .build()
-        .map_err(|err| err.to_string())
 }
 
 /// Go's `strconv.ParseBool`.
@@ -352,6 +345,10 @@ pub fn target_container(template: &PodTemplate, kind: ResourceKind, name: &str, 
         Mode::Auto => None,
     }
 }
+
+mod patterns;
+
+pub use patterns::{Patterns, Refused, compile_entry};
 
 #[cfg(test)]
 mod tests;

@@ -121,7 +121,7 @@ impl Writes {
             spec.pod.metadata_mut(&mut body["spec"])["annotations"] = annotations.clone();
         }
         if let Some(containers) = patch.pointer("/spec/template/spec/containers") {
-            let mut current = stored_raw(workload)?;
+            let mut current = self.raw_of(workload).await?;
             apply_strategic(&mut current, containers);
             spec.pod.spec_mut(&mut body["spec"])["containers"] = current;
         }
@@ -142,7 +142,7 @@ impl Writes {
     /// so that a replay finds it there (`AlreadyExists`) instead of creating a second one.
     /// Then the CronJob's metadata records the hash; its spec is never touched.
     async fn create_job(&self, cronjob: &Workload, patch: &Value) -> WriteResult {
-        let job_template = stored_raw(cronjob)?;
+        let job_template = self.raw_of(cronjob).await?;
         let mut spec = job_template["spec"].clone();
         if let Some(template) = patch.pointer("/spec/template") {
             apply_strategic(&mut spec["template"], template);
@@ -198,7 +198,7 @@ impl Writes {
     /// the background) and create it again under the same name with the new template, without
     /// what the API server fills in for one Job (uid, selector, the controller-uid labels).
     async fn recreate(&self, job: &Workload, patch: &Value) -> WriteResult {
-        let stored = stored_raw(job)?;
+        let stored = self.raw_of(job).await?;
         let mut spec = stored["spec"].clone();
         if let Some(spec) = spec.as_object_mut() {
             spec.remove("selector");
@@ -265,6 +265,22 @@ impl Writes {
         }
     }
 
+    /// What the write of `workload` needs beyond the slim view: as stored, or, for an object
+    /// too large to keep ([`crate::watch::RAW_LIMIT`]), read now (one GET for such a write).
+    async fn raw_of(&self, workload: &Workload) -> Result<Value, String> {
+        let raw = match &workload.raw {
+            Some(raw) => raw.to_string(),
+            None => {
+                let object = timed(self.raw_api(&workload.key).get(&workload.key.name))
+                    .await
+                    .map_err(|e| format!("reading {} to write it: {e}", workload.key))?;
+                Compactor::raw_of(workload.key.kind, &object)
+                    .ok_or_else(|| format!("{} has no template to write", workload.key))?
+            }
+        };
+        serde_json::from_str(&raw).map_err(|e| format!("the template of {} is unreadable: {e}", workload.key))
+    }
+
     fn raw_api(&self, key: &WorkloadKey) -> Api<SlimRaw> {
         Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource())
     }
@@ -294,11 +310,6 @@ fn next_restart(previous: Option<&str>, now: jiff::Timestamp) -> jiff::Timestamp
         Some(after) if after > ceiling => after,
         _ => ceiling,
     }
-}
-
-fn stored_raw(workload: &Workload) -> Result<Value, String> {
-    let raw = workload.raw.as_deref().ok_or_else(|| format!("{} has no stored template to write", workload.key))?;
-    serde_json::from_str(raw).map_err(|e| format!("the stored template of {} is unreadable: {e}", workload.key))
 }
 
 fn params() -> PatchParams {

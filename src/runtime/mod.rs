@@ -304,12 +304,7 @@ fn reporter(settings: &Settings) -> Reporter {
 /// How the watches compact objects: only what the rules read, plus look-alike keys for the lint.
 pub fn compactor(settings: &Settings) -> watch::Compactor {
     let keys = &settings.reload.keys;
-    let compactor = watch::Compactor::new(
-        keys.workload_keys(),
-        keys.ignore.clone(),
-        keys.search_match.clone(),
-        settings.reload.auto_reload_all,
-    );
+    let compactor = watch::Compactor::new(keys.annotation_keys(), settings.reload.auto_reload_all);
     let compactor =
         if settings.watch.hash == watch::HashForm::Sha512_256 { compactor.hashing_wide() } else { compactor };
     let compactor = if settings.reload.reload_on_used_keys { compactor.reloading_on_used_keys() } else { compactor };

@@ -31,6 +31,6 @@ pub use snapshot::{ListError, Snapshot};
 pub use store::{Store, Writer};
 pub use watcher::{Config, Error, Links, run, streaming_lists_served};
 pub use wire::{
-    Compactor, INTERNAL_LABEL, JOB_UID_LABELS, SlimConfigMap, SlimDaemonSet, SlimDeployment, SlimRaw, SlimSecret,
-    SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload, looks_like_reloader,
+    AnnotationKeys, Compactor, INTERNAL_LABEL, JOB_UID_LABELS, RAW_LIMIT, SlimConfigMap, SlimDaemonSet, SlimDeployment,
+    SlimRaw, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload, looks_like_reloader,
 };

@@ -285,11 +285,36 @@ const RECORD_PREFIX: &str = "STAKATER_";
 /// The volume attribute naming the SecretProviderClass of a Secrets Store CSI volume.
 const SPC_ATTRIBUTE: &str = "secretProviderClass";
 
+/// The annotation keys the rules read, as the watches keep them.
+#[derive(Clone, Debug, Default)]
+pub struct AnnotationKeys {
+    /// Workload annotations worth keeping.
+    pub workload: Vec<String>,
+    /// Those of them that can make a workload reload (auto, typed auto, the `.../reload` lists,
+    /// `search`): only a workload with one keeps what its write needs ([`Workload::raw`]).
+    pub reloading: Vec<String>,
+    /// The resource annotations Reloader reads.
+    pub ignore: String,
+    pub search_match: String,
+}
+
+/// The longest value kept of an annotation the rules read: the `.../reload` lists are read up to
+/// 16 KiB (one byte more tells a longer list), the others are a word or a small JSON record.
+const VALUE_LIMIT: usize = 16 * 1024 + 1;
+/// Of keys that only look like Reloader's (kept for the lint), at most this many an object,
+/// each value cut to [`LOOKALIKE_VALUE_LIMIT`] (the lint shows 64 characters).
+const LOOKALIKES_KEPT: usize = 8;
+const LOOKALIKE_VALUE_LIMIT: usize = 128;
+/// The longest raw JSON kept for a write ([`Workload::raw`]); a larger one is read with a GET
+/// when the write comes, so no object's size decides the controller's memory.
+pub const RAW_LIMIT: usize = 64 * 1024;
+
 /// Turns wire objects into stored forms, keeping only the annotation keys the engine reads.
 #[derive(Clone, Debug, Default)]
 pub struct Compactor {
     /// Shared: the compactor is cloned into every watch stream and event handler.
     workload_keys: Arc<[String]>,
+    reloading_keys: Arc<[String]>,
     ignore_key: Arc<str>,
     search_match_key: Arc<str>,
     /// `--auto-reload-all`: any workload may reload, so every one keeps what its write needs.
@@ -323,14 +348,14 @@ pub const JOB_UID_LABELS: [&str; 4] =
     ["controller-uid", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "job-name"];
 
 impl Compactor {
-    /// `workload_keys`: workload annotations worth keeping. `ignore_key` and
-    /// `search_match_key`: the resource annotations Reloader reads. `raw_for_all`: whether
-    /// workloads without any of those annotations may reload too (`--auto-reload-all`).
-    pub fn new(workload_keys: Vec<String>, ignore_key: String, search_match_key: String, raw_for_all: bool) -> Self {
+    /// `keys`: the annotations the rules read. `raw_for_all`: whether workloads without any of
+    /// those annotations may reload too (`--auto-reload-all`).
+    pub fn new(keys: AnnotationKeys, raw_for_all: bool) -> Self {
         Compactor {
-            workload_keys: workload_keys.into(),
-            ignore_key: ignore_key.into(),
-            search_match_key: search_match_key.into(),
+            workload_keys: keys.workload.into(),
+            reloading_keys: keys.reloading.into(),
+            ignore_key: keys.ignore.into(),
+            search_match_key: keys.search_match.into(),
             raw_for_all,
             keep_lookalikes: false,
             wide: false,
@@ -449,31 +474,41 @@ impl Compactor {
         if kind == WorkloadKind::Rollout && reference["kind"] == "Deployment" {
             workload.workload_ref = reference["name"].as_str().filter(|n| !n.is_empty()).map(Arc::from);
         }
+        // Only a key that can make it reload (not a look-alike, not an exclude list) keeps
+        // what its write needs, and only up to RAW_LIMIT: a larger one is read when written.
+        let reloading = |a: &Annotations| self.reloading_keys.iter().any(|k| a.contains_key(k));
         let may_reload =
-            self.raw_for_all || !workload.annotations.is_empty() || !workload.template.annotations.is_empty();
+            self.raw_for_all || reloading(&workload.annotations) || reloading(&workload.template.annotations);
         if workload.workload_ref.is_some() {
             // No template of its own: what a restart needs is the last `restartAt`, so that the
             // next one is later (Argo restarts only pods created before it).
-            workload.raw = object.spec["restartAt"].as_str().map(Arc::from);
+            workload.raw = object.spec["restartAt"].as_str().filter(|r| r.len() <= 64).map(Arc::from);
         } else if may_reload {
-            let raw = match kind.spec().write {
-                WriteMethod::CreateJob => object.spec["jobTemplate"].clone(),
-                WriteMethod::Recreate => {
-                    let meta = &object.metadata;
-                    json!({
-                        "metadata": {
-                            "labels": meta.labels, "annotations": meta.annotations,
-                            "ownerReferences": meta.owner_references
-                        },
-                        "spec": object.spec
-                    })
-                }
-                WriteMethod::MergePatch => pod_spec["containers"].clone(),
-                WriteMethod::StrategicPatch => Value::Null,
-            };
-            workload.raw = (!raw.is_null()).then(|| Arc::from(raw.to_string()));
+            workload.raw = Self::raw_of(kind, object).filter(|raw| raw.len() <= RAW_LIMIT).map(Arc::from);
         }
         Some(workload)
+    }
+
+    /// What a write of `kind` needs beyond the slim view, as compact JSON: the job template of
+    /// a CronJob, the spec of a Job, the containers of a custom resource; `None` for the kinds
+    /// written by a strategic-merge patch.
+    pub fn raw_of(kind: WorkloadKind, object: &SlimRaw) -> Option<String> {
+        let raw = match kind.spec().write {
+            WriteMethod::CreateJob => object.spec["jobTemplate"].clone(),
+            WriteMethod::Recreate => {
+                let meta = &object.metadata;
+                json!({
+                    "metadata": {
+                        "labels": meta.labels, "annotations": meta.annotations,
+                        "ownerReferences": meta.owner_references
+                    },
+                    "spec": object.spec
+                })
+            }
+            WriteMethod::MergePatch => kind.spec().pod.spec(&object.spec)["containers"].clone(),
+            WriteMethod::StrategicPatch => Value::Null,
+        };
+        (!raw.is_null()).then(|| raw.to_string())
     }
 
     /// `None` for an object without namespace or name, which the API server never sends.
@@ -509,16 +544,39 @@ impl Compactor {
         })
     }
 
+    /// The annotations the rules read, each value cut to [`VALUE_LIMIT`], and (for the lint) a
+    /// few that only look like Reloader's, cut shorter: what an object's annotations may make
+    /// the controller keep is bounded, however many or large they are.
     fn keep(&self, annotations: Option<&BTreeMap<String, String>>) -> Annotations {
+        let mut lookalikes = 0;
         annotations
             .into_iter()
             .flatten()
-            .filter(|(k, _)| {
-                self.workload_keys.iter().any(|w| w == *k) || (self.keep_lookalikes && looks_like_reloader(k))
+            .filter_map(|(k, v)| {
+                let limit = if self.workload_keys.iter().any(|w| w == k) {
+                    VALUE_LIMIT
+                } else if self.keep_lookalikes && lookalikes < LOOKALIKES_KEPT && looks_like_reloader(k) {
+                    lookalikes += 1;
+                    LOOKALIKE_VALUE_LIMIT
+                } else {
+                    return None;
+                };
+                Some((k.clone(), cut(v, limit)))
             })
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// `value` cut to at most `limit` bytes, at a character boundary.
+fn cut(value: &str, limit: usize) -> String {
+    if value.len() <= limit {
+        return value.to_string();
+    }
+    let mut end = limit;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value[..end].to_string()
 }
 
 fn container(c: &WireContainer, volumes: &[Volume]) -> Container {
@@ -578,9 +636,12 @@ mod tests {
 
     fn compactor() -> Compactor {
         Compactor::new(
-            vec!["reloader.stakater.com/auto".into()],
-            "reloader.stakater.com/ignore".into(),
-            "reloader.stakater.com/match".into(),
+            AnnotationKeys {
+                workload: vec!["reloader.stakater.com/auto".into()],
+                reloading: vec!["reloader.stakater.com/auto".into()],
+                ignore: "reloader.stakater.com/ignore".into(),
+                search_match: "reloader.stakater.com/match".into(),
+            },
             false,
         )
     }
@@ -663,5 +724,63 @@ mod tests {
         assert_eq!(state.hash.to_string(), "0d58150de76a895b24f4ca213f590766160c4349");
         assert!(!state.ignored, "ignore needs exactly \"true\"");
         assert!(state.search_match);
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+    use serde_json::json;
+
+    fn compactor() -> Compactor {
+        let reloading = vec!["reloader.stakater.com/auto".to_string(), "configmap.reloader.stakater.com/reload".into()];
+        let mut workload = reloading.clone();
+        workload.push("configmaps.exclude.reloader.stakater.com/reload".into());
+        Compactor::new(AnnotationKeys { workload, reloading, ignore: "i".into(), search_match: "m".into() }, false)
+            .keeping_lookalikes()
+    }
+
+    fn cronjob(annotations: Value, env_bytes: usize) -> SlimRaw {
+        serde_json::from_value(json!({
+            "metadata": { "name": "nightly", "namespace": "team", "annotations": annotations },
+            "spec": { "jobTemplate": { "spec": { "template": { "spec": { "containers": [{
+                "name": "job", "env": [{ "name": "BIG", "value": "x".repeat(env_bytes) }]
+            }] } } } } }
+        }))
+        .expect("a CronJob")
+    }
+
+    /// Issue 49: every annotation whose key contained "reloader" was kept whole, so a tenant
+    /// decided what the controller holds. Now: the keys the rules read, cut to the length they
+    /// are read to, and a few look-alikes for the lint, cut shorter.
+    #[test]
+    fn what_annotations_make_the_controller_keep_is_bounded() {
+        let mut annotations = serde_json::Map::new();
+        for i in 0..50 {
+            annotations.insert(format!("reloader.example.com/note-{i}"), json!("v".repeat(200 * 1024)));
+        }
+        annotations.insert("configmap.reloader.stakater.com/reload".into(), json!("a,".repeat(50 * 1024)));
+        annotations.insert("reloader.stakater.com/auto".into(), json!("true"));
+        let stored =
+            compactor().compact_raw(WorkloadKind::CronJob, &cronjob(Value::Object(annotations), 10)).expect("stored");
+        let bytes: usize = stored.annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert!(bytes < VALUE_LIMIT + LOOKALIKES_KEPT * 200 + 200, "{bytes} bytes of annotations kept");
+        let list = stored.annotations.get("configmap.reloader.stakater.com/reload").expect("kept");
+        assert_eq!(list.len(), VALUE_LIMIT, "cut past the limit");
+        assert_eq!(stored.annotations.len(), 2 + LOOKALIKES_KEPT);
+    }
+
+    #[test]
+    fn only_a_key_that_can_reload_keeps_the_template_and_only_a_small_one() {
+        let c = compactor();
+        let raw = |annotations: Value, bytes: usize| {
+            c.compact_raw(WorkloadKind::CronJob, &cronjob(annotations, bytes)).expect("stored").raw.is_some()
+        };
+        assert!(raw(json!({ "reloader.stakater.com/auto": "true" }), 10));
+        assert!(!raw(json!({ "reloader.example.com/anything": "true" }), 10), "a look-alike reloads nothing");
+        assert!(!raw(json!({ "configmaps.exclude.reloader.stakater.com/reload": "x" }), 10), "an exclude list neither");
+        assert!(!raw(json!({ "reloader.stakater.com/auto": "true" }), RAW_LIMIT), "read when written, not kept");
+        let object = cronjob(json!({ "reloader.stakater.com/auto": "true" }), RAW_LIMIT);
+        assert!(Compactor::raw_of(WorkloadKind::CronJob, &object).is_some_and(|r| r.len() > RAW_LIMIT));
     }
 }

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{info, warn};
 
-use crate::reload::Keys;
 use crate::reload::engine::workload_reference;
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::lint::{self, Finding};
+use crate::reload::{Keys, Patterns};
 use crate::watch::{ResourceKey, ResourceKind, Store, WorkloadKey};
 
 use crate::watch::Stored;
@@ -113,6 +113,7 @@ pub async fn run(
         metrics,
         reported: HashMap::new(),
         missing: HashSet::new(),
+        patterns: Patterns::default(),
     };
     let mut due: DelayQueue<WorkloadKey> = DelayQueue::new();
     let mut queued: HashSet<WorkloadKey> = HashSet::new();
@@ -160,6 +161,8 @@ struct Lint {
     reported: HashMap<String, BTreeSet<Finding>>,
     /// Workloads whose `.../reload` list names a resource the namespace lacks.
     missing: HashSet<WorkloadKey>,
+    /// The lists' patterns, compiled under the engine's limits and budget.
+    patterns: Patterns,
 }
 
 impl Lint {
@@ -185,7 +188,7 @@ impl Lint {
             self.missing.remove(key);
             return;
         };
-        let mut findings = lint::workload(&self.keys, &workload);
+        let mut findings = lint::workload(&self.keys, &workload, &mut self.patterns);
         let mut absent = false;
         for (kind, name, annotation) in lint::listed_names(&self.keys, &workload) {
             let resource = ResourceKey { kind, namespace: key.namespace.clone(), name: name.as_str().into() };

@@ -1,4 +1,8 @@
 use super::*;
+
+fn workload_findings(keys: &Keys, workload: &Workload) -> Vec<Finding> {
+    super::workload(keys, workload, &mut Patterns::default())
+}
 use crate::watch::{PodTemplate, WorkloadKey, WorkloadKind};
 
 fn map(pairs: &[(&str, &str)]) -> Annotations {
@@ -27,10 +31,10 @@ fn codes(findings: &[Finding]) -> Vec<&'static str> {
 #[test]
 fn a_misspelt_key_names_the_key_it_is_taken_for() {
     let keys = Keys::default();
-    let found = workload(&keys, &workload_with(&[("reloader.stakter.com/auto", "true")], &[]));
+    let found = workload_findings(&keys, &workload_with(&[("reloader.stakter.com/auto", "true")], &[]));
     assert_eq!(codes(&found), ["misspelt-key"]);
     assert!(found[0].message.contains("did you mean \"reloader.stakater.com/auto\""), "{}", found[0].message);
-    let plural = workload(&keys, &workload_with(&[], &[("secrets.reloader.stakater.com/reload", "db")]));
+    let plural = workload_findings(&keys, &workload_with(&[], &[("secrets.reloader.stakater.com/reload", "db")]));
     assert!(plural[0].message.contains("\"secret.reloader.stakater.com/reload\""), "{plural:?}");
     let on_resource = resource(&keys, ResourceKind::ConfigMap, &map(&[("reloader.stakater.com/ignroe", "true")]));
     assert!(on_resource[0].message.contains("\"reloader.stakater.com/ignore\""), "{on_resource:?}");
@@ -39,7 +43,7 @@ fn a_misspelt_key_names_the_key_it_is_taken_for() {
 #[test]
 fn keys_on_the_wrong_side_are_found() {
     let keys = Keys::default();
-    let w = workload(
+    let w = workload_findings(
         &keys,
         &workload_with(&[("reloader.stakater.com/match", "true"), ("reloader.stakater.com/ignore", "true")], &[]),
     );
@@ -60,14 +64,15 @@ fn keys_on_the_wrong_side_are_found() {
 #[test]
 fn auto_with_search_and_values_that_are_no_boolean_are_found() {
     let keys = Keys::default();
-    let both = workload(
+    let both = workload_findings(
         &keys,
         &workload_with(&[("reloader.stakater.com/auto", "true"), ("reloader.stakater.com/search", "true")], &[]),
     );
     assert_eq!(codes(&both), ["auto-and-search"]);
-    let bad = workload(&keys, &workload_with(&[("reloader.stakater.com/auto", "yes")], &[]));
+    let bad = workload_findings(&keys, &workload_with(&[("reloader.stakater.com/auto", "yes")], &[]));
     assert_eq!(codes(&bad), ["not-a-boolean"]);
-    let pattern = workload(&keys, &workload_with(&[("configmap.reloader.stakater.com/reload", "ok,(unclosed")], &[]));
+    let pattern =
+        workload_findings(&keys, &workload_with(&[("configmap.reloader.stakater.com/reload", "ok,(unclosed")], &[]));
     assert_eq!(codes(&pattern), ["invalid-pattern"]);
     assert!(
         pattern[0].message.contains("entry \"(unclosed\" is not a valid regular expression"),
@@ -96,8 +101,8 @@ fn correct_annotations_raise_nothing() {
             ("deployment.reloader.stakater.com/paused-at", "x"),
         ],
     ] {
-        assert_eq!(workload(&keys, &workload_with(&meta, &[])), vec![], "{meta:?}");
-        assert_eq!(workload(&keys, &workload_with(&[], &meta)), vec![], "on the template: {meta:?}");
+        assert_eq!(workload_findings(&keys, &workload_with(&meta, &[])), vec![], "{meta:?}");
+        assert_eq!(workload_findings(&keys, &workload_with(&[], &meta)), vec![], "on the template: {meta:?}");
     }
     for annotations in [vec![("reloader.stakater.com/match", "true")], vec![("reloader.stakater.com/ignore", "false")]]
     {
@@ -136,12 +141,14 @@ fn only_names_in_reload_lists_must_exist() {
 fn durations_that_are_unusable_or_too_long_are_found() {
     let keys = Keys::default();
     let period = "deployment.reloader.stakater.com/pause-period";
-    let found =
-        workload(&keys, &workload_with(&[(period, "99999999999999999999999h"), (COALESCE_WINDOW, "2 seconds")], &[]));
+    let found = workload_findings(
+        &keys,
+        &workload_with(&[(period, "99999999999999999999999h"), (COALESCE_WINDOW, "2 seconds")], &[]),
+    );
     assert_eq!(codes(&found), ["invalid-duration", "invalid-duration"]);
     assert!(found.iter().any(|f| f.annotation == period && f.message.contains("longer than the 24h0m0s")), "{found:?}");
     assert!(found.iter().any(|f| f.annotation == COALESCE_WINDOW && f.message.contains("not a duration")), "{found:?}");
-    let fine = workload(&keys, &workload_with(&[(period, "5m"), (COALESCE_WINDOW, "0")], &[]));
+    let fine = workload_findings(&keys, &workload_with(&[(period, "5m"), (COALESCE_WINDOW, "0")], &[]));
     assert!(fine.is_empty(), "{fine:?}");
 }
 
@@ -149,12 +156,12 @@ fn durations_that_are_unusable_or_too_long_are_found() {
 fn a_strategy_value_reloader_does_not_know_is_found_and_known_ones_are_not() {
     let keys = Keys::default();
     for (key, value) in [(ROLLOUT_STRATEGY, "restart"), (CRONJOB_RELOAD_STRATEGY, "patch")] {
-        assert!(workload(&keys, &workload_with(&[(key, value)], &[])).is_empty(), "{key}: {value}");
+        assert!(workload_findings(&keys, &workload_with(&[(key, value)], &[])).is_empty(), "{key}: {value}");
     }
-    let typo = workload(&keys, &workload_with(&[(CRONJOB_RELOAD_STRATEGY, "Patch")], &[]));
+    let typo = workload_findings(&keys, &workload_with(&[(CRONJOB_RELOAD_STRATEGY, "Patch")], &[]));
     assert_eq!(codes(&typo), ["unknown-value"]);
     assert!(typo[0].message.contains("\"Patch\", which is not \"create\" or \"patch\""), "{}", typo[0].message);
-    let rollout = workload(&keys, &workload_with(&[(ROLLOUT_STRATEGY, "restrat")], &[]));
+    let rollout = workload_findings(&keys, &workload_with(&[(ROLLOUT_STRATEGY, "restrat")], &[]));
     assert_eq!(codes(&rollout), ["unknown-value"]);
 }
 
@@ -164,13 +171,13 @@ fn auto_on_a_declared_kind_with_no_pod_at_its_path_is_found() {
     let vmagent = crate::watch::custom_kinds::declare_for_tests()[1];
     let mut agent = workload_with(&[("reloader.stakater.com/auto", "true")], &[]);
     agent.key.kind = vmagent;
-    let found = workload(&keys, &agent);
+    let found = workload_findings(&keys, &agent);
     assert_eq!(codes(&found), ["empty-pod"]);
     assert!(found[0].message.contains("spec.podMetadata and spec"), "{}", found[0].message);
     agent.template.containers.push(Default::default());
-    assert!(workload(&keys, &agent).is_empty(), "a container at the path: auto can find what it uses");
+    assert!(workload_findings(&keys, &agent).is_empty(), "a container at the path: auto can find what it uses");
     let deployment = workload_with(&[("reloader.stakater.com/auto", "true")], &[]);
-    assert!(workload(&keys, &deployment).is_empty(), "built-in kinds are not checked");
+    assert!(workload_findings(&keys, &deployment).is_empty(), "built-in kinds are not checked");
 }
 
 #[test]
@@ -178,9 +185,9 @@ fn the_used_keys_annotation_takes_true_or_false_only() {
     let keys = Keys::default();
     let key = crate::watch::used_keys::ANNOTATION;
     for good in ["true", "false"] {
-        assert!(workload(&keys, &workload_with(&[(key, good)], &[])).is_empty(), "{good}");
+        assert!(workload_findings(&keys, &workload_with(&[(key, good)], &[])).is_empty(), "{good}");
     }
-    let found = workload(&keys, &workload_with(&[(key, "yes")], &[]));
+    let found = workload_findings(&keys, &workload_with(&[(key, "yes")], &[]));
     assert_eq!(codes(&found), ["not-a-boolean"]);
     assert!(found[0].message.contains("--reload-on-used-keys decides"), "{}", found[0].message);
 }
