@@ -279,3 +279,41 @@ fn relative_path(from: &std::path::Path, to: &std::path::Path) -> std::path::Pat
     path.extend(&to[common..]);
     path
 }
+
+/// Issue 49: a kind the RBAC granted after the start was never watched. It is asked about again
+/// with backoff: the kind is watched, its warning withdrawn, once the answer is yes (a review
+/// that fails is asked about again the same way: `cargo test --test reliability a_kind_whose`).
+#[tokio::test]
+async fn a_kind_granted_later_is_watched_without_a_restart() {
+    with_temp_ns("manifests-regrant", |client, ns| async move {
+        let mut docs = documents_in(MANIFEST, &ns);
+        let mut cronjob_rule = None;
+        for doc in docs.iter_mut().filter(|d| d["kind"] == "ClusterRole") {
+            let rules = doc["rules"].as_array_mut().expect("rules");
+            let at =
+                rules.iter().position(|r| r["resources"].as_array().is_some_and(|l| l.iter().any(|x| x == "cronjobs")));
+            cronjob_rule = at.map(|i| rules.remove(i));
+        }
+        let cronjob_rule = cronjob_rule.expect("the manifest grants cronjobs");
+        let (login, cluster_scoped) = suite::apply_and_login(&client, &ns, docs, SERVICE_ACCOUNT).await;
+        let selector = format!("--namespace-selector={}=manifests-regrant", support::TEST_LABEL);
+        let forbidden = "reloader_watch_kinds_forbidden{kind=\"CronJob\"}";
+
+        // Denied at start, granted while it runs.
+        let controller = Controller::start_with_kubeconfig(&ns, &ns, &[selector.as_str()], &login.kubeconfig).await;
+        assert_eq!(controller.metric(forbidden).await, 1.0);
+        let (roles, role_name) = cluster_scoped
+            .iter()
+            .find(|(api, _)| api.resource_url().contains("clusterroles"))
+            .expect("the ClusterRole");
+        let mut role = roles.get(role_name).await.expect("the ClusterRole");
+        role.data["rules"].as_array_mut().expect("rules").push(cronjob_rule);
+        roles.replace(role_name, &Default::default(), &role).await.expect("grant cronjobs");
+        support::scenario::cronjobs_watched_and_reloaded(&controller, &client, &ns, "2").await;
+        controller.stop().await;
+        for (api, name) in cluster_scoped {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+    })
+    .await;
+}

@@ -341,3 +341,31 @@ async fn settings_that_point_at_nothing_are_named_with_their_source_at_start_and
     })
     .await;
 }
+
+/// Issue 49: an access review that failed (a 500, a timeout) was taken for "forbidden" and
+/// its kind dropped for the life of the process. Now the kinds whose review failed are left
+/// out and said so, asked about again with backoff, and watched once the server answers.
+#[tokio::test]
+async fn a_kind_whose_access_review_failed_is_watched_once_the_server_answers() {
+    use support::throttle::Throttle;
+    with_temp_ns("review-failed", |client, ns| async move {
+        let ctx = Ctx::new(client, ns.clone(), Strategy::EnvVars);
+        let (c, ns) = (&ctx.client, ctx.ns.as_str());
+        create_configmap(c, ns, "cm", &[("k", "1")]).await;
+        support::fixtures::Workload::new(Kind::Deployment, "web").auto().env_from_configmap("cm").create(c, ns).await;
+        // Every access and rules review answered 500 until released.
+        let failing = Throttle::failing(support::proxy::api_server_addr(), "selfsubject").await;
+        let controller = start_scoped_via(failing.addr, ns, "reviews-failing").await;
+        let readyz = controller.get("/readyz").await;
+        assert!(
+            readyz.contains("cronjobs (batch) could not be checked") && readyz.contains("leader changed"),
+            "{readyz}"
+        );
+        assert_eq!(controller.metric("reloader_watch_kinds_forbidden{kind=\"CronJob\"}").await, 1.0);
+        failing.release();
+        support::scenario::cronjobs_watched_and_reloaded(&controller, c, ns, "2").await;
+        ctx.wait_reloaded(Kind::Deployment, "web", Cm, "cm", &cm_hash(&[("k", "2")])).await;
+        controller.stop().await;
+    })
+    .await;
+}

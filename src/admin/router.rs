@@ -35,6 +35,11 @@ impl AdminState {
     pub fn warn(&self, warning: String) {
         self.warnings.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(warning);
     }
+
+    /// Withdraw a warning that no longer holds.
+    pub fn unwarn(&self, warning: &str) {
+        self.warnings.write().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|w| w != warning);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! (for the controller) those this ServiceAccount may not watch, each dropped with a warning.
 
 use kube::Client;
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cli::WatchSettings;
@@ -14,6 +15,8 @@ use crate::watch::{ResourceKind, WorkloadKind};
 #[derive(Clone, Debug)]
 pub struct Watched {
     pub workload_kinds: Vec<WorkloadKind>,
+    /// The workload kinds found served at start: those a later grant may bring back.
+    wanted: Vec<WorkloadKind>,
     pub configmaps: bool,
     pub secrets: bool,
     /// The Secrets Store CSI driver's SecretProviderClasses and their pod statuses.
@@ -62,28 +65,107 @@ impl Watched {
         wanted
     }
 
-    /// Leave out each kind this ServiceAccount may not watch (not retried into an unready
-    /// controller: what is left keeps reloading); a message for each.
-    pub async fn drop_forbidden(
-        &mut self,
-        client: &Client,
-        namespaces: Option<&[String]>,
-    ) -> Vec<(&'static str, String)> {
-        let mut dropped = Vec::new();
-        for refused in access::forbidden(client, &self.collections(), namespaces).await {
-            let kind = refused.collection.kind;
-            warn!(kind, warning = %refused.message(), "a kind cannot be watched; it is left out");
-            self.workload_kinds.retain(|k| k.kind() != kind);
-            match kind {
-                "ConfigMap" => self.configmaps = false,
-                "Secret" => self.secrets = false,
-                "SecretProviderClass" | "SecretProviderClassPodStatus" => self.csi = false,
-                _ => {}
-            }
-            dropped.push((kind, refused.message()));
+    /// Leave out each kind this ServiceAccount may not watch, or whose access could not be
+    /// checked (not watched into an unready controller: what is left keeps reloading); each
+    /// with its warning. [`recheck`] asks again and takes them up once allowed.
+    pub async fn drop_forbidden(&mut self, client: &Client, namespaces: Option<&[String]>) -> Vec<access::Forbidden> {
+        let refused = access::forbidden(client, &self.collections(), namespaces).await;
+        for refusal in &refused {
+            warn!(kind = refusal.collection.kind, warning = %refusal.message(), "a kind cannot be watched; it is left out");
+            self.set(refusal.collection.kind, false);
         }
-        dropped
+        refused
     }
+
+    /// Watch (`on`) or leave out the collection of `kind` (the two CSI ones go together).
+    fn set(&mut self, kind: &str, on: bool) {
+        match kind {
+            "ConfigMap" => self.configmaps = on,
+            "Secret" => self.secrets = on,
+            "SecretProviderClass" | "SecretProviderClassPodStatus" => self.csi = on,
+            _ if on => {
+                // Only a kind it was started with comes back (its place in the order kept).
+                if let Some(kind) = self.wanted.iter().find(|k| k.kind() == kind)
+                    && !self.workload_kinds.contains(kind)
+                {
+                    self.workload_kinds.push(*kind);
+                }
+            }
+            _ => self.workload_kinds.retain(|k| k.kind() != kind),
+        }
+    }
+
+    /// What the watch task watches.
+    pub fn kinds(&self) -> crate::watch::Kinds {
+        crate::watch::Kinds {
+            workload_kinds: self.workload_kinds.clone(),
+            configmaps: self.configmaps,
+            secrets: self.secrets,
+            csi: self.csi,
+        }
+    }
+}
+
+/// The first wait before asking again about a kind left out, and the longest (a grant is
+/// noticed within it).
+const RECHECK_MIN: std::time::Duration = std::time::Duration::from_secs(10);
+const RECHECK_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Ask again, with backoff and jitter, about the kinds left out at start (denied, or whose
+/// review failed); each one allowed now is watched (`kinds` tells the watch task, which
+/// relists), its warning withdrawn and its metric cleared. Runs until `shutdown`.
+pub async fn recheck(
+    client: Client,
+    mut watched: Watched,
+    mut pending: Vec<access::Forbidden>,
+    namespaces: Option<Vec<String>>,
+    (kinds, state, forbidden_kinds): (
+        watch::Sender<crate::watch::Kinds>,
+        crate::admin::AdminState,
+        prometheus::IntGaugeVec,
+    ),
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use backon::BackoffBuilder;
+    let mut delays = backon::ExponentialBuilder::new()
+        .with_min_delay(RECHECK_MIN)
+        .with_max_delay(RECHECK_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build();
+    while !pending.is_empty() {
+        let delay = delays.next().unwrap_or(RECHECK_MAX);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        let collections: Vec<access::Collection> = pending.iter().map(|f| f.collection.clone()).collect();
+        let still = access::forbidden(&client, &collections, namespaces.as_deref()).await;
+        let mut granted = false;
+        for before in std::mem::take(&mut pending) {
+            let now = still.iter().find(|f| f.collection == before.collection);
+            match now {
+                Some(now) => {
+                    if now.message() != before.message() {
+                        state.unwarn(&before.message());
+                        state.warn(now.message());
+                    }
+                    pending.push(now.clone());
+                }
+                None => {
+                    info!(kind = before.collection.kind, "a kind left out may be watched now; watching it");
+                    state.unwarn(&before.message());
+                    forbidden_kinds.with_label_values(&[before.collection.kind]).set(0);
+                    watched.set(before.collection.kind, true);
+                    granted = true;
+                }
+            }
+        }
+        if granted {
+            kinds.send_replace(watched.kinds());
+        }
+    }
+    shutdown.cancelled().await;
 }
 
 fn collection(kind: WorkloadKind) -> Collection {
@@ -103,7 +185,13 @@ pub async fn discover(client: &Client, settings: &WatchSettings) -> Watched {
             }
             served
         };
-    let watched = Watched { workload_kinds, configmaps: settings.configmaps, secrets: settings.secrets, csi };
+    let watched = Watched {
+        wanted: workload_kinds.clone(),
+        workload_kinds,
+        configmaps: settings.configmaps,
+        secrets: settings.secrets,
+        csi,
+    };
     info!(kinds = ?watched.workload_kinds, csi, "watching these workload kinds");
     watched
 }

@@ -25,6 +25,7 @@ use kube::runtime::events::Reporter;
 use tokio::sync::{mpsc, watch as latest};
 use tracing::{info, warn};
 
+use discovery::recheck;
 pub use discovery::{Watched, discover};
 pub use places::fleet_namespace;
 
@@ -74,6 +75,8 @@ pub struct Runtime {
     settings: Settings,
     connection: Connection,
     watched: Watched,
+    /// Kinds left out at start (denied, or not checked), asked about again while running.
+    left_out: Vec<watch::access::Forbidden>,
     watch: (watch::Config, watch::Metrics),
     engine: (reload::Config, reload::Metrics),
     http: reqwest::Client,
@@ -91,9 +94,10 @@ impl Runtime {
             .context("registering reload metrics")?;
         let mut watched = discover(client, &settings.watch).await;
         let scoped = settings.watch.scoped_namespaces.as_deref();
-        for (kind, message) in watched.drop_forbidden(client, scoped).await {
-            watch_metrics.kinds_forbidden.with_label_values(&[kind]).set(1);
-            state.warn(message);
+        let left_out = watched.drop_forbidden(client, scoped).await;
+        for refusal in &left_out {
+            watch_metrics.kinds_forbidden.with_label_values(&[refusal.collection.kind]).set(1);
+            state.warn(refusal.message());
         }
         let compactor = compactor(&settings);
         let watch_config = watch_config(&settings, &connection, &watched, compactor.clone()).await;
@@ -115,6 +119,7 @@ impl Runtime {
             settings,
             connection,
             watched,
+            left_out,
             watch: (watch_config, watch_metrics),
             engine: (engine_config, reload_metrics),
             http,
@@ -123,7 +128,7 @@ impl Runtime {
 
     /// Run every room until SIGTERM or Ctrl-C, or until one of them ends.
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { settings, connection, watched, watch: (watch_config, watch_metrics), engine, http } = self;
+        let Self { settings, connection, watched, left_out, watch: (watch_config, watch_metrics), engine, http } = self;
         let Connection { client, mut state, ring, server_shards } = connection;
         let (engine_config, reload_metrics) = engine;
         let mut tasks = Tasks::default();
@@ -191,7 +196,15 @@ impl Runtime {
         } else {
             (None, None)
         };
-        let links = watch::Links { owned, background, changes: changes_tx, synced: synced_tx, lint, edits: edits_tx };
+        let (kinds_tx, kinds) = latest::channel(watched.kinds());
+        if !left_out.is_empty() {
+            let namespaces = settings.watch.scoped_namespaces.clone();
+            let outputs = (kinds_tx, state.clone(), watch_metrics.kinds_forbidden.clone());
+            let recheck = recheck(client.clone(), watched.clone(), left_out, namespaces, outputs, shutdown.clone());
+            tasks.spawn("access", ended(recheck));
+        }
+        let links =
+            watch::Links { owned, background, changes: changes_tx, synced: synced_tx, lint, edits: edits_tx, kinds };
         let watching = watch::run(client.clone(), watch_config, writer, watch_metrics, links, shutdown.clone());
         tasks.spawn("watch", async move { Ok(watching.await?) });
         start_meta_info(&mut tasks, &settings, &client, active_rx);

@@ -67,8 +67,8 @@ pub async fn check(
         warnings.push(format!(
             "the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}) does not exist; changes made while no replica runs will be missed"
         ));
-    } else if !access::may(client, configmaps, "update", Some(checkpoint_namespace), Some(checkpoint)).await
-        || !access::may(client, configmaps, "create", Some(checkpoint_namespace), None).await
+    } else if denied(client, configmaps, "update", checkpoint_namespace, Some(checkpoint)).await
+        || denied(client, configmaps, "create", checkpoint_namespace, None).await
     {
         warnings.push(format!(
             "this service account may not write ConfigMaps in the checkpoint namespace {checkpoint_namespace:?} (from {checkpoint_source}); changes made while no replica runs will be missed"
@@ -77,9 +77,9 @@ pub async fn check(
         // A shard whose checkpoint outgrows one ConfigMap is split into parts; without the right
         // to write them its checkpoint is never saved (`/readyz` would say so, late).
         let part = Checkpoint::part_name(checkpoint, 0);
-        let part_ok = access::may(client, configmaps, "update", Some(checkpoint_namespace), Some(&part)).await
-            && access::may(client, configmaps, "delete", Some(checkpoint_namespace), Some(&part)).await;
-        if !part_ok {
+        let part_denied = denied(client, configmaps, "update", checkpoint_namespace, Some(&part)).await
+            || denied(client, configmaps, "delete", checkpoint_namespace, Some(&part)).await;
+        if part_denied {
             warnings.push(format!(
                 "this service account may not update and delete the checkpoint's parts ({part} to -part-{}) in {checkpoint_namespace:?}; a shard of more than about 7,000 resources cannot be checkpointed",
                 MAX_PARTS - 1
@@ -87,4 +87,9 @@ pub async fn check(
         }
     }
     warnings
+}
+
+/// Whether an access review denies `verb` (a review that fails is no finding: nothing is known).
+async fn denied(client: &Client, resource: (&str, &str), verb: &str, namespace: &str, name: Option<&str>) -> bool {
+    access::review(client, resource, verb, Some(namespace), name).await == access::Review::Denied
 }

@@ -1,14 +1,17 @@
-//! What this ServiceAccount may watch, asked once at start: a kind it may not list and watch is
-//! dropped with a warning, never retried for ever (a forbidden watch never lists, so the whole
-//! controller would stay unready and reload nothing, without saying why).
+//! What this ServiceAccount may watch: a kind it may not list and watch is left out with a
+//! warning, not watched into an unready controller (a forbidden watch never lists, so the
+//! whole controller would stay unready and reload nothing, without saying why).
 //!
 //! ```text
 //!  cluster-wide:    SelfSubjectAccessReview (list, watch) per kind, in every namespace
 //!  --namespaces:    SelfSubjectRulesReview per namespace (one call each), read here
-//!  forbidden ─▶ not watched; a warning in the log and on /readyz; reloader_watch_kinds_forbidden{kind} = 1
+//!  denied  ─▶ not watched; a warning in the log and on /readyz; reloader_watch_kinds_forbidden{kind} = 1
+//!  unknown ─▶ (the review failed: a 500, a timeout) not watched yet, said so
+//!  both    ─▶ asked again with backoff, and watched once allowed (a later grant is noticed
+//!             without a restart)
 //! ```
-//! An answer that cannot be had (an API error, a rules review the server marks incomplete)
-//! counts as allowed: the watch then says what is wrong, as before.
+//! A rules review the server marks incomplete counts as allowed: the watch then says what is
+//! wrong, as before.
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::authorization::v1::{
@@ -21,6 +24,8 @@ use tracing::warn;
 
 /// Reviews sent at once.
 const CONCURRENT_REVIEWS: usize = 16;
+/// How long one review may take before it counts as failed (and is asked again later).
+const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The verbs a watch needs.
 const WATCH_VERBS: [&str; 2] = ["list", "watch"];
 
@@ -33,12 +38,24 @@ pub struct Collection {
     pub plural: &'static str,
 }
 
-/// A collection this ServiceAccount may not list and watch, and where.
+/// What an access review answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Review {
+    Allowed,
+    Denied,
+    /// The review itself failed (its error): nothing is known, and asking again may help.
+    Unknown(String),
+}
+
+/// A collection this ServiceAccount may not list and watch, and where; or one whose review
+/// could not be had.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forbidden {
     pub collection: Collection,
     /// The namespaces refused; empty: cluster-wide.
     pub namespaces: Vec<String>,
+    /// `Some`: not denied, but the review failed with this error.
+    pub unknown: Option<String>,
 }
 
 impl Forbidden {
@@ -46,6 +63,12 @@ impl Forbidden {
     pub fn message(&self) -> String {
         let Collection { kind, group, plural } = &self.collection;
         let group = if group.is_empty() { "core" } else { group };
+        if let Some(error) = &self.unknown {
+            return format!(
+                "whether this ServiceAccount may list and watch {plural} ({group}) could not be checked ({error}): \
+                 {kind}s are not watched yet; asked again with backoff"
+            );
+        }
         let place = if self.namespaces.is_empty() {
             "in every namespace".to_string()
         } else {
@@ -66,28 +89,56 @@ impl Forbidden {
 pub async fn forbidden(client: &Client, wanted: &[Collection], namespaces: Option<&[String]>) -> Vec<Forbidden> {
     match namespaces {
         None => {
-            let checks = wanted.iter().map(|c| async move {
-                let allowed =
-                    stream::iter(WATCH_VERBS).all(|verb| may(client, (c.group, c.plural), verb, None, None)).await;
-                (!allowed).then(|| Forbidden { collection: c.clone(), namespaces: Vec::new() })
+            // Owned, so that the checks can run in a spawned task.
+            let checks = wanted.iter().cloned().map(|c| async move {
+                let mut unknown = None;
+                for verb in WATCH_VERBS {
+                    match review(client, (c.group, c.plural), verb, None, None).await {
+                        Review::Allowed => {}
+                        Review::Denied => {
+                            return Some(Forbidden { collection: c.clone(), namespaces: Vec::new(), unknown: None });
+                        }
+                        Review::Unknown(error) => unknown = Some(error),
+                    }
+                }
+                unknown.map(|error| Forbidden { collection: c.clone(), namespaces: Vec::new(), unknown: Some(error) })
             });
-            stream::iter(checks).buffered(CONCURRENT_REVIEWS).filter_map(|f| async move { f }).collect().await
+            let found: Vec<Option<Forbidden>> = stream::iter(checks).buffered(CONCURRENT_REVIEWS).collect().await;
+            found.into_iter().flatten().collect()
         }
         Some(namespaces) => {
-            let reviews = namespaces.iter().map(|ns| async move { (ns.clone(), rules(client, ns).await) });
-            let answers: Vec<(String, Option<Vec<ResourceRule>>)> =
+            let reviews = namespaces.iter().cloned().map(|ns| async move {
+                let answer = rules(client, &ns).await;
+                (ns, answer)
+            });
+            let answers: Vec<(String, RulesAnswer)> =
                 stream::iter(reviews).buffered(CONCURRENT_REVIEWS).collect().await;
+            let failed = answers.iter().find_map(|(_, a)| a.as_ref().err().cloned());
             wanted
                 .iter()
                 .filter_map(|c| {
                     let refused: Vec<String> = answers
                         .iter()
                         .filter(|(_, rules)| {
-                            rules.as_ref().is_some_and(|r| !WATCH_VERBS.iter().all(|v| grants(r, c.group, c.plural, v)))
+                            rules
+                                .as_ref()
+                                .ok()
+                                .and_then(Option::as_ref)
+                                .is_some_and(|r| !WATCH_VERBS.iter().all(|v| grants(r, c.group, c.plural, v)))
                         })
                         .map(|(ns, _)| ns.clone())
                         .collect();
-                    (!refused.is_empty()).then(|| Forbidden { collection: c.clone(), namespaces: refused })
+                    if !refused.is_empty() {
+                        return Some(Forbidden { collection: c.clone(), namespaces: refused, unknown: None });
+                    }
+                    // A namespace whose review failed: unknown for every collection.
+                    let unknown: Vec<String> =
+                        answers.iter().filter(|(_, a)| a.is_err()).map(|(ns, _)| ns.clone()).collect();
+                    (!unknown.is_empty()).then(|| Forbidden {
+                        collection: c.clone(),
+                        namespaces: unknown,
+                        unknown: failed.clone(),
+                    })
                 })
                 .collect()
         }
@@ -96,14 +147,14 @@ pub async fn forbidden(client: &Client, wanted: &[Collection], namespaces: Optio
 
 /// Whether this client may `verb` `plural` of `group` (in `namespace`, or everywhere; the object
 /// `name`, or every object): a SelfSubjectAccessReview, which any authenticated user may
-/// create. An error counts as no.
-pub async fn may(
+/// create.
+pub async fn review(
     client: &Client,
     (group, plural): (&str, &str),
     verb: &str,
     namespace: Option<&str>,
     name: Option<&str>,
-) -> bool {
+) -> Review {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -119,29 +170,40 @@ pub async fn may(
         },
         ..SelfSubjectAccessReview::default()
     };
-    match api.create(&PostParams::default(), &review).await {
-        Ok(answer) => answer.status.as_ref().is_some_and(|s| s.allowed),
+    match within_timeout(api.create(&PostParams::default(), &review)).await {
+        Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => Review::Allowed,
+        Ok(_) => Review::Denied,
         Err(err) => {
-            warn!(error = %err, "an access review failed; taking the access as denied");
-            false
+            warn!(group, resource = plural, verb, error = %err, "an access review failed; asking again later");
+            Review::Unknown(err)
         }
     }
 }
 
-/// The resource rules that apply to this client in `namespace`; `None` when the server cannot
-/// say (an error, or an answer it marks incomplete).
-async fn rules(client: &Client, namespace: &str) -> Option<Vec<ResourceRule>> {
+/// A rules review's answer: the rules (`None`: incomplete), or the review's error.
+type RulesAnswer = Result<Option<Vec<ResourceRule>>, String>;
+
+/// The resource rules that apply to this client in `namespace`; `None` when the server marks its
+/// answer incomplete; the error when the review failed.
+async fn rules(client: &Client, namespace: &str) -> RulesAnswer {
     let api: Api<SelfSubjectRulesReview> = Api::all(client.clone());
     let review = SelfSubjectRulesReview {
         spec: SelfSubjectRulesReviewSpec { namespace: Some(namespace.to_string()) },
         ..SelfSubjectRulesReview::default()
     };
-    match api.create(&PostParams::default(), &review).await {
-        Ok(answer) => answer.status.filter(|s| !s.incomplete).map(|s| s.resource_rules),
+    match within_timeout(api.create(&PostParams::default(), &review)).await {
+        Ok(answer) => Ok(answer.status.filter(|s| !s.incomplete).map(|s| s.resource_rules)),
         Err(err) => {
-            warn!(namespace, error = %err, "a rules review failed; taking the access as granted");
-            None
+            warn!(namespace, error = %err, "a rules review failed; asking again later");
+            Err(err)
         }
+    }
+}
+
+async fn within_timeout<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+    match tokio::time::timeout(REVIEW_TIMEOUT, call).await {
+        Ok(answer) => answer.map_err(|err| err.to_string()),
+        Err(_) => Err(format!("no answer within {REVIEW_TIMEOUT:?}")),
     }
 }
 
@@ -186,11 +248,13 @@ mod tests {
     #[test]
     fn the_warning_says_what_is_off_and_what_to_grant() {
         let cronjobs = Collection { kind: "CronJob", group: "batch", plural: "cronjobs" };
-        let everywhere = Forbidden { collection: cronjobs.clone(), namespaces: vec![] }.message();
+        let everywhere = Forbidden { collection: cronjobs.clone(), namespaces: vec![], unknown: None }.message();
         assert!(everywhere.contains("cronjobs (batch) in every namespace"), "{everywhere}");
         assert!(everywhere.contains("grant list and watch on cronjobs"), "{everywhere}");
         let many = (0..8).map(|i| format!("ns-{i}")).collect();
-        let some = Forbidden { collection: cronjobs, namespaces: many }.message();
+        let some = Forbidden { collection: cronjobs.clone(), namespaces: many, unknown: None }.message();
         assert!(some.contains("ns-0, ns-1, ns-2, ns-3, ns-4 and 3 more"), "{some}");
+        let failed = Forbidden { collection: cronjobs, namespaces: vec![], unknown: Some("503".into()) }.message();
+        assert!(failed.contains("could not be checked (503)") && failed.contains("asked again"), "{failed}");
     }
 }

@@ -29,7 +29,7 @@ pub use resource_map::ResourceMap;
 pub use server_shards::ServerShards;
 pub use snapshot::{ListError, Snapshot};
 pub use store::{Store, Writer};
-pub use watcher::{Config, Error, Links, run, streaming_lists_served};
+pub use watcher::{Config, Error, Kinds, Links, run, streaming_lists_served};
 pub use wire::{
     AnnotationKeys, Compactor, INTERNAL_LABEL, JOB_UID_LABELS, RAW_LIMIT, SlimConfigMap, SlimDaemonSet, SlimDeployment,
     SlimRaw, SlimSecret, SlimSecretProviderClass, SlimSpcPodStatus, SlimStatefulSet, SlimWorkload, looks_like_reloader,

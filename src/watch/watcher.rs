@@ -80,6 +80,16 @@ pub struct Config {
     pub server_shards: ServerShards,
 }
 
+/// The collections watched; a change (a kind whose RBAC was granted since the start, see
+/// [`crate::watch::access`]) relists every watch with the new set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kinds {
+    pub workload_kinds: Vec<WorkloadKind>,
+    pub configmaps: bool,
+    pub secrets: bool,
+    pub csi: bool,
+}
+
 /// The watch task's channels to and from the other rooms.
 pub struct Links {
     /// Shards this replica owns, from the lease room (constant without leases).
@@ -98,6 +108,8 @@ pub struct Links {
     /// Workloads that record a `STAKATER_*` variable and were edited (a reference dropped,
     /// annotations changed), for the engine to look for orphaned variables (`None`: off).
     pub edits: Option<mpsc::UnboundedSender<WorkloadKey>>,
+    /// The collections to watch, as the access checks find them; the runtime sends.
+    pub kinds: watch::Receiver<Kinds>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +221,7 @@ pub async fn run(
     links: Links,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let Links { mut owned, background, changes, synced, lint, edits } = links;
+    let Links { mut owned, background, changes, synced, lint, edits, mut kinds } = links;
     // Where the watches decode every object of the cluster anyway (cluster-wide, not filtered
     // by the API server, whose filtering was probed before this task starts), they keep other
     // replicas' shards too. CSI pod statuses are folded as they arrive, so with CSI a gained
@@ -261,6 +273,18 @@ pub async fn run(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return Ok(()),
+            Ok(()) = kinds.changed() => {
+                let now = kinds.borrow_and_update().clone();
+                info!(kinds = ?now.workload_kinds, configmaps = now.configmaps, secrets = now.secrets, csi = now.csi,
+                    "the collections watched changed; relisting watches");
+                task.config.workload_kinds = now.workload_kinds;
+                task.config.watch_configmaps = now.configmaps;
+                task.config.watch_secrets = now.secrets;
+                task.config.csi = now.csi;
+                task.stop_streams();
+                task.open_streams(&client, &mut merged);
+                task.publish_sync(&synced);
+            }
             Some(event) = next_namespace_event(&mut namespaces) => {
                 if task.apply_namespace_event(event) {
                     info!("namespace selection gained namespaces; relisting watches");

@@ -153,3 +153,26 @@ pub async fn wait_stored_resources(controller: &Controller, resources: usize) {
     })
     .await;
 }
+
+/// Wait until `controller` watches CronJobs again (the metric and the warning gone), then check
+/// that a CronJob is reloaded: a change of `cm` to `k=value` makes it a Job.
+pub async fn cronjobs_watched_and_reloaded(controller: &Controller, client: &Client, ns: &str, value: &str) {
+    wait_for("CronJobs watched again", || async {
+        let gone = controller.metric("reloader_watch_kinds_forbidden{kind=\"CronJob\"}").await == 0.0;
+        let clear = !controller.get("/readyz").await.contains("cronjobs");
+        (gone && clear).then_some(())
+    })
+    .await;
+    let name = format!("nightly-{value}");
+    super::fixtures::Workload::new(Kind::CronJob, &name).auto().env_from_configmap("cm").create(client, ns).await;
+    wait_for("the CronJob stored", || async {
+        (controller.metric("reloader_store_objects{kind=\"workloads\"}").await >= 2.0).then_some(())
+    })
+    .await;
+    super::fixtures::patch_configmap(client, ns, "cm", serde_json::json!({ "data": { "k": value } })).await;
+    wait_for("a Job of the CronJob", || async {
+        let jobs = Kind::Job.api(client, ns).list(&Default::default()).await.ok()?;
+        jobs.items.iter().any(|j| j.metadata.name.as_deref().is_some_and(|n| n.starts_with(&name))).then_some(())
+    })
+    .await;
+}

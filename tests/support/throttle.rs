@@ -43,6 +43,8 @@ enum Slow {
     Delay(std::time::Duration),
     /// Hold those whose path contains this until [`Throttle::release`].
     Hold(&'static str),
+    /// Answer 500 to every request whose path contains this, until [`Throttle::release`].
+    Fail(&'static str),
 }
 
 fn pki(file: &str) -> PathBuf {
@@ -79,6 +81,13 @@ impl Throttle {
     /// `/deployments/web`) until [`Throttle::release`]: an API server stuck on one object.
     pub async fn holding_writes_to(upstream: SocketAddr, path: &'static str) -> Throttle {
         Self::start_with(upstream, None, None, Slow::Hold(path)).await
+    }
+
+    /// A proxy that answers `500 Internal Server Error` to every request whose path contains
+    /// `path` (say `selfsubjectaccessreviews`) until [`Throttle::release`]: an API server that
+    /// cannot answer one kind of call for a while.
+    pub async fn failing(upstream: SocketAddr, path: &'static str) -> Throttle {
+        Self::start_with(upstream, None, None, Slow::Fail(path)).await
     }
 
     /// Held writes waiting now, and those whose client gave up on them.
@@ -161,6 +170,19 @@ impl Throttle {
                                 held.fetch_sub(1, Ordering::SeqCst);
                             }
                             _ => {}
+                        }
+                        if let Slow::Fail(path) = &slow
+                            && request_line(&head).contains(path)
+                            && !*released.borrow()
+                        {
+                            let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"etcdserver: leader changed","reason":"InternalError","code":500}"#;
+                            let answer = format!(
+                                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = client.write_all(answer.as_bytes()).await;
+                            let _ = client.shutdown().await;
+                            return;
                         }
                         let n = requests.fetch_add(1, Ordering::Relaxed);
                         if every.is_some_and(|every| n % every == 0) {
