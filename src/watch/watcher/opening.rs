@@ -28,6 +28,8 @@ use crate::watch::wire::{
 /// fleet formed had used 4 groups up, and its next gain, at a handoff, relisted 8 shards in
 /// 0.7 s instead of listing 2.
 const MAX_GROUPS: usize = 16;
+/// A gain of more than one shard in this many lists its shards streamed, not held whole.
+const MAX_GROUP_SHARE: usize = 4;
 
 /// The watch configs of one set of streams.
 struct Configs {
@@ -113,7 +115,7 @@ impl WatchTask {
     /// none lost, get watches of their own (a list of their ranges alone) while the others run
     /// on: a handoff to the replicas left. A shard lost (a replica joined) restarts every
     /// watch with the held shards, so that the API server stops sending the lost ones; so do
-    /// gains past [`MAX_GROUPS`] groups.
+    /// gains past [`MAX_GROUPS`] groups, and a gain onto nothing held (a replica starting).
     pub(super) fn follow_server_shards(&mut self, client: &Client, merged: &mut Merged, before: &BTreeSet<u32>) {
         let gained: BTreeSet<u32> = self.shards.owned.difference(before).copied().collect();
         let lost = !before.is_subset(&self.shards.owned);
@@ -121,7 +123,7 @@ impl WatchTask {
             return;
         }
         let groups: HashSet<&String> = self.streams.running.values().filter_map(|s| s.group.as_ref()).collect();
-        let group = if !lost && groups.len() < MAX_GROUPS && !self.streams.running.is_empty() {
+        let group = if !lost && !before.is_empty() && groups.len() < MAX_GROUPS && !self.streams.running.is_empty() {
             self.config.server_shards.add_group(&self.config.ring, &gained)
         } else {
             None
@@ -132,14 +134,19 @@ impl WatchTask {
             return self.open_streams(client, merged);
         };
         info!(gained = ?gained, "gained shards; watching their ranges alone, the other watches run on");
-        let configs = self.configs(Some(&marker));
+        // A group's list is one LIST from the watch cache, held whole, for a handoff's few
+        // shards; a gain of more than a MAX_GROUP_SHARE-th of the ring is listed streamed,
+        // object by object (one LIST of every shard at 50,000 namespaces took 1.9 GiB).
+        let few = gained.len() * MAX_GROUP_SHARE <= self.config.ring.shards() as usize;
+        let configs = self.configs(Some((&marker, few)));
         let background = gained.is_subset(&self.shards.background);
         let set = SetOf { covers: Some(gained.clone()), group: Some(marker), background };
         self.start_set(client, merged, &None, &configs, set, &mut None);
     }
 
     /// The watch configs of a set; a group's carry its marker as a field selector.
-    fn configs(&self, marker: Option<&str>) -> Configs {
+    /// `group`: a group's marker, and whether its list is held whole (a LIST) or streamed.
+    fn configs(&self, group: Option<(&str, bool)>) -> Configs {
         // Streaming lists keep a list from being held whole, cluster-wide or of one namespace.
         // A group's list holds a few shards' objects: a LIST from the watch cache, answered at
         // once (a streaming list first waits for the cache to be known fresh, 0.8 s of a 1.4 s
@@ -148,8 +155,9 @@ impl WatchTask {
         // a LIST of one namespace is small, and the API server spends about twice the CPU on a
         // streaming list of one namespace as on a LIST and a watch (a handoff of 650 namespaces
         // on 2 cores: 6.1-8.7 s streamed, 4.3-4.9 s listed).
-        let list = match marker {
-            Some(marker) => cached_list_config().fields(marker),
+        let list = match group {
+            Some((marker, true)) => cached_list_config().fields(marker),
+            Some((marker, false)) => list_config(self.config.streaming_lists).fields(marker),
             None if self.config.namespaces.is_some() && self.shards.all_synced => cached_list_config(),
             None => list_config(self.config.streaming_lists),
         };
