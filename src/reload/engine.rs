@@ -9,7 +9,7 @@
 //! The engine never LISTs or GETs workloads or resources: the store answers. The acted-on
 //! hashes are the checkpoint, saved to the cluster a moment after they change and on shutdown.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,7 @@ mod damping;
 mod deferred;
 mod orphans;
 mod pipeline;
+mod queue;
 mod report;
 mod retry;
 mod shards;
@@ -48,7 +49,8 @@ use acted::Acted;
 pub use damping::{Damped, DampedSince, FlapDamping};
 use damping::{Damping, Verdict};
 use deferred::Deferred;
-use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Purpose, Queued};
+use pipeline::{MAX_QUEUED, Pipeline, PlannedWrite, Prepared, Purpose};
+use queue::FairQueue;
 pub(crate) use report::workload_reference;
 use retry::Retries;
 use shards::{SaveResults, Saving, ShardBook};
@@ -207,7 +209,7 @@ impl Engine {
             shards,
             alerts,
             deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts),
-            queue: VecDeque::new(),
+            queue: FairQueue::default(),
             pipeline: Pipeline::new(pacing.max_concurrent_writes),
         }
     }
@@ -372,7 +374,8 @@ struct Engine {
     /// Coalesced writes, writes held to the rollout budget, and flap damping.
     deferred: Deferred,
     /// Changes received and not yet decided, oldest first.
-    queue: VecDeque<Queued>,
+    /// Changes to decide, fair across namespaces.
+    queue: FairQueue,
     /// Changes whose writes are in flight.
     pipeline: Pipeline,
 }

@@ -31,8 +31,9 @@ pub struct Metrics {
     pub workloads_matched: IntCounterVec,
     /// Bad annotation values found on workloads (each also an Event on the workload).
     pub invalid_annotations: IntCounter,
-    /// Time from a change reaching the engine to its last workload write.
-    pub change_latency: Histogram,
+    /// A change's way through the engine: its wait in the queue, the queue per namespace, and
+    /// the time to its last workload write.
+    pub queue: Changes,
     /// The same reload counts per namespace, kept for the admin endpoint.
     pub namespaces: NamespaceStats,
     /// `reloader_alerts_total{sink, result}`: alerts `sent`, `failed` after retries, or
@@ -42,6 +43,80 @@ pub struct Metrics {
     pub held: Held,
     /// How the checkpoint saves go.
     pub checkpoints: Checkpoints,
+}
+
+/// A change's way through the engine.
+#[derive(Clone)]
+pub struct Changes {
+    /// `reloader_change_latency_seconds`: from a change reaching the engine to its last write.
+    pub latency: Histogram,
+    /// `reloader_change_queue_wait_seconds`: from a change queued to its decision.
+    wait: Histogram,
+    /// With per-namespace metrics, while a namespace has changes queued (no series once its
+    /// queue is empty, so they never grow with the namespaces seen):
+    /// `reloader_changes_queued{namespace}` and `reloader_change_queue_wait_seconds_last{namespace}`,
+    /// how long its last decided change waited.
+    by_namespace: Option<(IntGaugeVec, prometheus::GaugeVec)>,
+}
+
+impl Changes {
+    fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
+        let latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "reloader_change_latency_seconds",
+                "From a change reaching the engine to its last write",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        )?;
+        let wait = Histogram::with_opts(
+            HistogramOpts::new("reloader_change_queue_wait_seconds", "From a change queued to its decision")
+                .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        )?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(wait.clone()))?;
+        let by_namespace = if by_namespace {
+            let depth = IntGaugeVec::new(
+                Opts::new("reloader_changes_queued", "Changes queued for a decision, by namespace"),
+                &["namespace"],
+            )?;
+            let waited = prometheus::GaugeVec::new(
+                Opts::new(
+                    "reloader_change_queue_wait_seconds_last",
+                    "How long the last change decided of a namespace with changes queued waited",
+                ),
+                &["namespace"],
+            )?;
+            registry.register(Box::new(depth.clone()))?;
+            registry.register(Box::new(waited.clone()))?;
+            Some((depth, waited))
+        } else {
+            None
+        };
+        Ok(Changes { latency, wait, by_namespace })
+    }
+
+    /// `namespace` has `depth` changes queued now.
+    pub fn depth(&self, namespace: &str, depth: usize) {
+        if let Some((gauge, waited)) = &self.by_namespace {
+            if depth == 0 {
+                let _ = gauge.remove_label_values(&[namespace]);
+                let _ = waited.remove_label_values(&[namespace]);
+            } else {
+                gauge.with_label_values(&[namespace]).set(depth as i64);
+            }
+        }
+    }
+
+    /// A change of `namespace` waited `waited` for its decision; `depth` are queued behind it.
+    pub fn waited(&self, namespace: &str, waited: std::time::Duration, depth: usize) {
+        self.wait.observe(waited.as_secs_f64());
+        if let Some((_, last)) = &self.by_namespace
+            && depth > 0
+        {
+            last.with_label_values(&[namespace]).set(waited.as_secs_f64());
+        }
+        self.depth(namespace, depth);
+    }
 }
 
 /// Processed changes, by result, and the time each took.
@@ -236,6 +311,9 @@ pub struct Held {
     pub damped_resources: IntGauge,
     /// `reloader_damped_changes_total`: changes whose writes flap damping held back.
     pub damped_changes: IntCounter,
+    /// `reloader_rollout_places_given_back_total{reason}`: `--max-concurrent-rollouts` places
+    /// given back by rollouts that stalled or ran too long.
+    pub places_given_back: IntCounterVec,
     /// `reloader_orphaned_env_var_removals_total{result}`: writes of their own that removed
     /// variables of resources no longer referenced (`--remove-orphaned-env-vars-at-once`).
     pub orphan_removals: IntCounterVec,
@@ -261,9 +339,18 @@ impl Held {
             &["result"],
         )?;
         registry.register(Box::new(orphan_removals.clone()))?;
+        let places_given_back = IntCounterVec::new(
+            Opts::new(
+                "reloader_rollout_places_given_back_total",
+                "Places among --max-concurrent-rollouts given back by rollouts that stalled or ran too long, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(places_given_back.clone()))?;
         Ok(Held {
             damped_changes,
             orphan_removals,
+            places_given_back,
             shards_active: gauge("reloader_shards_active", "Shards the engine has taken up and acts on")?,
             deferred_writes: gauge(
                 "reloader_deferred_writes",
@@ -324,13 +411,7 @@ impl Metrics {
             IntCounterVec::new(Opts::new("reloader_workloads_matched_total", "Workloads matched, by kind"), &["kind"])?;
         let invalid_annotations =
             IntCounter::new("reloader_invalid_annotations_total", "Workload annotation values that could not be used")?;
-        let change_latency = Histogram::with_opts(
-            HistogramOpts::new(
-                "reloader_change_latency_seconds",
-                "From a change reaching the engine to its last write",
-            )
-            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-        )?;
+
         let alerts = IntCounterVec::new(
             Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
             &["sink", "result"],
@@ -352,7 +433,6 @@ impl Metrics {
         registry.register(Box::new(retries.clone()))?;
         registry.register(Box::new(workloads_matched.clone()))?;
         registry.register(Box::new(invalid_annotations.clone()))?;
-        registry.register(Box::new(change_latency.clone()))?;
         Ok(Metrics {
             reload_executed,
             reload_executed_by_namespace,
@@ -364,7 +444,7 @@ impl Metrics {
             retries,
             workloads_matched,
             invalid_annotations,
-            change_latency,
+            queue: Changes::register(registry, by_namespace)?,
             namespaces: NamespaceStats::default(),
             alerts,
             held: Held::register(registry)?,

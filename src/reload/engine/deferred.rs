@@ -48,15 +48,37 @@ pub(super) struct Deferred {
     /// `--max-concurrent-rollouts`: workloads written whose rollout is not complete yet, at
     /// most this many.
     max_in_flight: Option<usize>,
-    /// Those workloads: the generation written, and when.
-    in_flight: HashMap<WorkloadKey, (i64, Instant)>,
+    /// Those workloads and how their rollout goes.
+    in_flight: HashMap<WorkloadKey, Rolling>,
     /// Resources changing too often: their writes wait here for the damping window.
     pub(super) damping: Damping,
 }
 
-/// A rollout that has not completed after this long no longer holds a place in the
-/// concurrency budget (a stuck rollout must not stop every other).
-const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(600);
+/// A rollout counted against `--max-concurrent-rollouts`.
+struct Rolling {
+    /// The generation written (`i64::MAX` while the write is out).
+    generation: i64,
+    since: Instant,
+    /// The workload's resourceVersion when last seen, and when it last changed: a rollout
+    /// going on changes its status as pods are replaced.
+    seen: String,
+    progressed: Instant,
+}
+
+/// A rollout whose workload has not changed for this long (no pod replaced, no status
+/// written) gives its place in the concurrency budget back: a workload that never becomes
+/// ready must not hold a place every other namespace waits for.
+pub(super) const ROLLOUT_STALL: Duration = Duration::from_secs(120);
+/// A rollout that has not completed after this long gives its place back even while it moves.
+pub(super) const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A place given back by a rollout that did not complete.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct GivenBack {
+    pub workload: WorkloadKey,
+    /// Why: it stalled (no change for [`ROLLOUT_STALL`]) or ran past [`ROLLOUT_TIMEOUT`].
+    pub stalled: bool,
+}
 /// The longest a write waits in the timer queue: the longest coalesce window. (The queue panics
 /// on a deadline about two years out; windows are refused past this when parsed, and this
 /// keeps any other caller from reaching that.)
@@ -84,7 +106,8 @@ impl Deferred {
     /// `--max-concurrent-rollouts` until it completes.
     pub(super) fn started(&mut self, workload: &WorkloadKey, generation: i64, now: Instant) {
         if self.max_in_flight.is_some() {
-            self.in_flight.insert(workload.clone(), (generation, now));
+            let rolling = Rolling { generation, since: now, seen: String::new(), progressed: now };
+            self.in_flight.insert(workload.clone(), rolling);
         }
     }
 
@@ -92,7 +115,8 @@ impl Deferred {
     /// `--max-concurrent-rollouts` as the rollout it may start.
     pub(super) fn sending(&mut self, workload: &WorkloadKey, now: Instant) {
         if self.max_in_flight.is_some() {
-            self.in_flight.insert(workload.clone(), (i64::MAX, now));
+            let rolling = Rolling { generation: i64::MAX, since: now, seen: String::new(), progressed: now };
+            self.in_flight.insert(workload.clone(), rolling);
         }
     }
 
@@ -107,14 +131,30 @@ impl Deferred {
         }
     }
 
-    /// Forget the rollouts that completed (per the store), whose workload is gone or paused,
-    /// or that ran past [`ROLLOUT_TIMEOUT`].
-    pub(super) fn settle(&mut self, store: &Store, now: Instant) {
-        self.in_flight.retain(|key, (generation, since)| {
+    /// Forget the rollouts that completed (per the store) or whose workload is gone or paused;
+    /// give back the places of those that stalled or ran too long, and return them.
+    pub(super) fn settle(&mut self, store: &Store, now: Instant) -> Vec<GivenBack> {
+        let mut given_back = Vec::new();
+        self.in_flight.retain(|key, rolling| {
             let Some(w) = store.workload(key) else { return false };
-            let done = w.generation >= *generation && (w.rolled_out || w.paused);
-            !done && now.duration_since(*since) < ROLLOUT_TIMEOUT
+            if w.generation >= rolling.generation && (w.rolled_out || w.paused) {
+                return false;
+            }
+            if rolling.generation == i64::MAX {
+                return true; // the write is still out
+            }
+            if rolling.seen != w.resource_version {
+                rolling.seen.clone_from(&w.resource_version);
+                rolling.progressed = now;
+            }
+            let stalled = now.duration_since(rolling.progressed) >= ROLLOUT_STALL;
+            if stalled || now.duration_since(rolling.since) >= ROLLOUT_TIMEOUT {
+                given_back.push(GivenBack { workload: key.clone(), stalled });
+                return false;
+            }
+            true
         });
+        given_back
     }
 
     /// Rollouts counted against the concurrency budget now.
@@ -185,20 +225,14 @@ impl Deferred {
     }
 
     /// The next workload to write now, round-robin across namespaces; takes its resources.
-    /// `None` when none is ready or the budget says wait.
+    /// `None` when none is ready or the budget says wait. With `--max-concurrent-rollouts`,
+    /// a namespace holding its share of the places (the places over the namespaces rolling or
+    /// waiting) lets the others go first; it takes a free place only when none of them may.
     pub(super) fn next(&mut self, now: Instant) -> Option<(WorkloadKey, BTreeSet<ResourceKey>)> {
         if self.next_write.is_some_and(|at| at > now) || self.full() {
             return None;
         }
-        let namespace = match &self.last_namespace {
-            Some(last) => self
-                .ready
-                .range::<Arc<str>, _>((std::ops::Bound::Excluded(last.clone()), std::ops::Bound::Unbounded))
-                .next()
-                .or_else(|| self.ready.iter().next())
-                .map(|(ns, _)| ns.clone()),
-            None => self.ready.keys().next().cloned(),
-        }?;
+        let namespace = self.next_namespace(true).or_else(|| self.next_namespace(false))?;
         let queue = self.ready.get_mut(&namespace)?;
         let workload = queue.pop_front()?;
         if queue.is_empty() {
@@ -211,6 +245,34 @@ impl Deferred {
         }
         let items = self.pending.remove(&workload).unwrap_or_default();
         Some((workload, items))
+    }
+
+    /// The namespace whose turn it is after the last one served; `within_share`: only one
+    /// holding fewer places than its share.
+    fn next_namespace(&self, within_share: bool) -> Option<Arc<str>> {
+        let rolling = self.rolling_by_namespace();
+        let share = self.max_in_flight.map(|max| {
+            let competing = rolling.len() + self.ready.keys().filter(|ns| !rolling.contains_key(&***ns)).count();
+            max.div_ceil(competing.max(1))
+        });
+        let may =
+            |ns: &Arc<str>| !within_share || share.is_none_or(|share| rolling.get(&**ns).copied().unwrap_or(0) < share);
+        let after = match &self.last_namespace {
+            Some(last) => {
+                self.ready.range::<Arc<str>, _>((std::ops::Bound::Excluded(last.clone()), std::ops::Bound::Unbounded))
+            }
+            None => self.ready.range::<Arc<str>, _>(..),
+        };
+        after.chain(self.ready.iter()).map(|(ns, _)| ns).find(|ns| may(ns)).cloned()
+    }
+
+    /// Places held, per namespace.
+    fn rolling_by_namespace(&self) -> HashMap<&str, usize> {
+        let mut held = HashMap::new();
+        for workload in self.in_flight.keys() {
+            *held.entry(&*workload.namespace).or_default() += 1;
+        }
+        held
     }
 
     /// `workload` needs a write with nothing to record (orphaned variables to remove): ready
@@ -369,10 +431,19 @@ mod tests {
         d.started(&first, 2, now);
         assert!(d.next(now).is_none(), "the second waits for the first rollout");
         assert_eq!(d.wake_at(now), Some(now + IN_FLIGHT_POLL));
-        let rolling = |rolled_out| crate::watch::Workload {
-            key: first.clone(),
+        writer.apply_workload(rolling(&first, "2", false));
+        d.settle(&store, now);
+        assert!(d.next(now).is_none(), "still rolling");
+        writer.apply_workload(rolling(&first, "2", true));
+        d.settle(&store, now);
+        assert_eq!(d.next(now).map(|(w, _)| w), Some(w("a", "two")), "the first rolled out");
+    }
+
+    fn rolling(key: &WorkloadKey, version: &str, rolled_out: bool) -> crate::watch::Workload {
+        crate::watch::Workload {
+            key: key.clone(),
             uid: String::new(),
-            resource_version: "2".into(),
+            resource_version: version.into(),
             annotations: Default::default(),
             template: Default::default(),
             paused: false,
@@ -380,13 +451,81 @@ mod tests {
             rolled_out,
             raw: None,
             workload_ref: None,
-        };
-        writer.apply_workload(rolling(false));
+        }
+    }
+
+    #[test]
+    fn a_namespace_holding_its_share_of_rollout_places_lets_the_others_go_first() {
+        let (store, writer) = Store::new(Vec::new());
+        let mut d = Deferred::new(None, Some(4));
+        let now = Instant::now();
+        for i in 0..10 {
+            d.add(&w("noisy", &format!("w{i}")), &r("noisy", "cm"), None, Duration::ZERO);
+        }
+        // Alone, the noisy namespace may take every place.
+        for _ in 0..3 {
+            let (workload, _) = d.next(now).expect("a free place");
+            writer.apply_workload(rolling(&workload, "1", false));
+            d.started(&workload, 2, now);
+        }
+        // A quiet namespace takes the fourth place; the budget is full.
+        d.add(&w("a-quiet", "web"), &r("a-quiet", "cm"), None, Duration::ZERO);
+        let (next, _) = d.next(now).expect("the fourth place");
+        assert_eq!(&*next.namespace, "a-quiet");
+        writer.apply_workload(rolling(&next, "1", false));
+        d.started(&next, 2, now);
+        d.add(&w("z-quiet", "web"), &r("z-quiet", "cm"), None, Duration::ZERO);
+        assert!(d.next(now).is_none(), "the budget is full");
+        // One noisy rollout completes. In turn after a-quiet comes noisy, but noisy holds two
+        // places of four among three namespaces: the place goes to z-quiet.
+        let first_noisy = d.in_flight.keys().find(|k| &*k.namespace == "noisy").cloned().expect("noisy rolling");
+        writer.apply_workload(rolling(&first_noisy, "2", true));
+        assert!(d.settle(&store, now).is_empty());
+        let (next, _) = d.next(now).expect("a place is free");
+        assert_eq!(&*next.namespace, "z-quiet");
+        // With nobody else waiting, the noisy namespace uses a free place.
+        writer.apply_workload(rolling(&next, "2", true));
         d.settle(&store, now);
-        assert!(d.next(now).is_none(), "still rolling");
-        writer.apply_workload(rolling(true));
-        d.settle(&store, now);
-        assert_eq!(d.next(now).map(|(w, _)| w), Some(w("a", "two")), "the first rolled out");
+        assert_eq!(d.next(now).map(|(w, _)| w.namespace), Some("noisy".into()), "no place left idle");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rollout_that_does_not_progress_gives_its_place_back() {
+        let (store, writer) = Store::new(Vec::new());
+        let mut d = Deferred::new(None, Some(1));
+        let (stuck, moving) = (w("a", "stuck"), w("b", "moving"));
+        d.add(&stuck, &r("a", "cm"), None, Duration::ZERO);
+        d.add(&moving, &r("b", "cm"), None, Duration::ZERO);
+        let (first, _) = d.next(Instant::now()).expect("a place");
+        assert_eq!(first, stuck);
+        writer.apply_workload(rolling(&stuck, "1", false));
+        d.started(&stuck, 2, Instant::now());
+        // It progresses for a while (its status changes), then stops.
+        for version in ["2", "3"] {
+            tokio::time::advance(ROLLOUT_STALL / 2).await;
+            writer.apply_workload(rolling(&stuck, version, false));
+            assert!(d.settle(&store, Instant::now()).is_empty(), "still progressing");
+            assert!(d.next(Instant::now()).is_none());
+        }
+        tokio::time::advance(ROLLOUT_STALL - Duration::from_secs(1)).await;
+        assert!(d.settle(&store, Instant::now()).is_empty(), "not stalled yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(d.settle(&store, Instant::now()), vec![GivenBack { workload: stuck.clone(), stalled: true }]);
+        assert_eq!(d.next(Instant::now()).map(|(w, _)| w), Some(moving.clone()), "the place went on");
+        // One that keeps moving but never completes gives its place back at the timeout.
+        writer.apply_workload(rolling(&moving, "1", false));
+        d.started(&moving, 2, Instant::now());
+        for i in 0..ROLLOUT_TIMEOUT.as_secs() / 60 {
+            tokio::time::advance(Duration::from_secs(60)).await;
+            writer.apply_workload(rolling(&moving, &format!("v{i}"), false));
+            let given = d.settle(&store, Instant::now());
+            if !given.is_empty() {
+                assert_eq!(given, vec![GivenBack { workload: moving.clone(), stalled: false }]);
+                assert_eq!(i + 1, ROLLOUT_TIMEOUT.as_secs() / 60, "at the timeout, not before");
+                return;
+            }
+        }
+        panic!("a rollout running past the timeout kept its place");
     }
 
     #[test]

@@ -60,8 +60,6 @@ pub(super) enum Prepared {
 }
 
 /// A change waiting to be decided, with the transition to force (a shard's take-up).
-pub(super) type Queued = (Change, Option<Transition>);
-
 /// A change whose writes are in flight.
 pub(super) struct Flight {
     key: ResourceKey,
@@ -132,7 +130,8 @@ impl Pipeline {
         queue_len > 0 && !self.stalled
     }
 
-    /// A change was queued at `position`: it may go if the window reaches it.
+    /// A change was queued about `position` pops from the head: it may go if the window
+    /// reaches it.
     pub fn queued_at(&mut self, position: usize) {
         if position < WINDOW {
             self.stalled = false;
@@ -145,10 +144,15 @@ impl Pipeline {
 }
 
 impl Engine {
-    /// Queue a change behind the others.
+    /// Queue a change behind the others of its namespace (or into a queued update of the same
+    /// resource).
     pub(super) fn enqueue(&mut self, change: Change, forced: Option<Transition>) {
-        self.queue.push_back((change, forced));
-        self.pipeline.queued_at(self.queue.len() - 1);
+        let namespace = change.key.namespace.clone();
+        self.queue.push(change, forced, Instant::now());
+        let depth = self.queue.depth(&namespace);
+        // Namespaces take turns: it is about depth x namespaces pops from the head.
+        self.pipeline.queued_at(depth.saturating_sub(1).saturating_mul(self.queue.namespaces()));
+        self.metrics.queue.depth(&namespace, depth);
     }
 
     /// Queue what the channel holds now (up to [`MAX_QUEUED`]).
@@ -175,8 +179,9 @@ impl Engine {
             if self.pipeline.running.len() >= MAX_IN_FLIGHT {
                 break true;
             }
-            let Some((change, forced)) = self.queue.pop_front() else { break false };
+            let Some(entry) = self.queue.pop() else { break false };
             looked += 1;
+            let change = &entry.change;
             let candidates: Vec<WorkloadKey> =
                 self.store.candidates(&change.key).iter().map(|w| w.key.clone()).collect();
             let blocked = self.pipeline.resources.contains(&change.key)
@@ -185,18 +190,18 @@ impl Engine {
             if blocked {
                 waiting_resources.insert(change.key.clone());
                 waiting_workloads.extend(candidates);
-                held.push((change, forced));
+                held.push(entry);
                 continue;
             }
-            self.dispatch(change, forced);
+            let namespace = change.key.namespace.clone();
+            self.metrics.queue.waited(&namespace, entry.since.elapsed(), self.queue.depth(&namespace));
+            self.dispatch(entry.change, entry.forced);
         };
         // Stalled until a change lands (or arrives) only if nothing the next pump would look
         // at may go: the writes in flight are at their bound, or every change looked at waits.
         let unlooked = !self.queue.is_empty();
         let all_wait = !held.is_empty() && (held.len() == WINDOW || !unlooked);
-        for queued in held.into_iter().rev() {
-            self.queue.push_front(queued);
-        }
+        self.queue.put_back(held);
         self.pipeline.stalled = !self.queue.is_empty() && (full || all_wait);
     }
 
@@ -375,7 +380,7 @@ impl Engine {
                 self.retries.failed(key.clone());
             }
             Outcome::Done => {
-                self.metrics.change_latency.observe(elapsed);
+                self.metrics.queue.latency.observe(elapsed);
                 self.retries.clear(key);
             }
             Outcome::Skipped => self.retries.clear(key),

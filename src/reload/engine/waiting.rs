@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::Engine;
+use super::deferred::{GivenBack, ROLLOUT_STALL, ROLLOUT_TIMEOUT};
 use super::pipeline::{PlannedWrite, Purpose};
 use super::{WriteResult, target_of_state, unix_now};
 use crate::reload::checkpoint::short;
@@ -47,7 +48,9 @@ impl Engine {
     /// workload has a write in flight is parked until that lands.
     pub(super) fn write_deferred(&mut self) {
         let now = Instant::now();
-        self.deferred.settle(&self.store, now);
+        for given_back in self.deferred.settle(&self.store, now) {
+            self.gave_back(&given_back);
+        }
         while let Some((key, items)) = self.deferred.next(now) {
             if self.pipeline.claims(&key) {
                 self.deferred.park(key, items);
@@ -57,6 +60,27 @@ impl Engine {
         }
         self.metrics.held.deferred_writes.set(self.deferred.len() as i64);
         self.metrics.held.rollouts_in_flight.set(self.deferred.in_flight() as i64);
+    }
+
+    /// A rollout that did not complete gave its `--max-concurrent-rollouts` place back: say
+    /// so on the workload, whose owners see why others roll while theirs does not.
+    fn gave_back(&self, given_back: &GivenBack) {
+        let reason = if given_back.stalled { "stalled" } else { "timeout" };
+        self.metrics.held.places_given_back.with_label_values(&[reason]).inc();
+        let Some(workload) = self.store.workload(&given_back.workload) else { return };
+        let note = if given_back.stalled {
+            format!(
+                "The rollout has not progressed for {} s: its place among --max-concurrent-rollouts goes to the next workload (the rollout itself goes on)",
+                ROLLOUT_STALL.as_secs()
+            )
+        } else {
+            format!(
+                "The rollout has not completed in {} s: its place among --max-concurrent-rollouts goes to the next workload (the rollout itself goes on)",
+                ROLLOUT_TIMEOUT.as_secs()
+            )
+        };
+        warn!(workload = %given_back.workload, reason, "a rollout gave its place back");
+        self.publish(&workload, EventType::Warning, "RolloutPlaceGivenBack", note);
     }
 
     /// Send one write that records every resource of `items` on the workload, from their
