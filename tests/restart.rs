@@ -313,6 +313,70 @@ async fn a_change_never_waits_for_another_shards_let_go() {
     .await;
 }
 
+/// A checkpoint naming one of the shard's resources (written by hand by someone who may write
+/// ConfigMaps where the checkpoint lives, or left half-written) is not believed to know the
+/// others: with `--reload-on-create` they would all look created and roll every workload
+/// using them. They are taken as found, and the next real change still rolls.
+#[tokio::test]
+async fn a_checkpoint_naming_one_resource_of_many_rolls_nothing_on_create() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use reloader_fleet::reload::checkpoint::short;
+
+    with_temp_ns("forged-checkpoint", |client, ns| async move {
+        const RESOURCES: usize = 10;
+        let names: Vec<String> = (0..RESOURCES).map(|n| format!("cm-{n}")).collect();
+        let (store, writer) = Store::new(Vec::new());
+        for name in &names {
+            create_configmap(&client, &ns, name, &[("k", "1")]).await;
+            writer.apply_resource(
+                ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: name.as_str().into() },
+                cfg_state("1"),
+            );
+        }
+        let env_from: Vec<_> = names.iter().map(|n| json!({ "configMapRef": { "name": n } })).collect();
+        Workload::new(Kind::Deployment, "app")
+            .auto()
+            .container(json!({ "name": "app", "envFrom": env_from }))
+            .create(&client, &ns)
+            .await;
+        let deployment: SlimDeployment = Api::namespaced(client.clone(), &ns).get("app").await.expect("get app");
+        writer.apply_workload(compactor().compact(&deployment).expect("a workload the engine keeps"));
+        // One valid line: cm-0 as it is.
+        let line = format!("C {ns} cm-0 {:016x}\n", short(&cm_data_hash("1")));
+        let forged: ConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": "forged", "labels": { "app.kubernetes.io/managed-by": "reloader-fleet" } },
+            "data": { "checkpoint": line }
+        }))
+        .expect("a ConfigMap");
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .create(&Default::default(), &forged)
+            .await
+            .expect("write the forged checkpoint");
+
+        let engine = InProcess::start(client.clone(), &ns, "forged", 1, store, BTreeSet::from([0]));
+        wait_for("the engine to be ready", || async { engine.reconciled.borrow().then_some(()) }).await;
+        for name in &names {
+            let recorded = recorded_env(&client, &ns, Kind::Deployment, "app", Cm, name).await;
+            assert!(recorded.is_none(), "{name} taken as created from a checkpoint naming one resource: {recorded:?}");
+        }
+        assert_eq!(engine.metrics.errors.with_label_values(&["checkpoint_partial"]).get(), 1, "said once");
+        // Still acting: the next change of one rolls the app.
+        patch_configmap(&client, &ns, "cm-3", json!({ "data": { "k": "2" } })).await;
+        let key = ResourceKey { kind: Cm, namespace: ns.as_str().into(), name: "cm-3".into() };
+        let previous = writer.apply_resource(key.clone(), cfg_state("2")).map(|s| s.hash);
+        let change = Change { key, observed: Some(cm_data_hash("2")), previous, cause: Cause::Event };
+        engine.changes.send(change).await.expect("engine running");
+        let hash = cm_hash(&[("k", "2")]);
+        wait_for("app to record the change", || async {
+            let recorded = recorded_env(&client, &ns, Kind::Deployment, "app", Cm, "cm-3").await;
+            recorded.is_some_and(|r| r.hash == hash).then_some(())
+        })
+        .await;
+        engine.stop().await;
+    })
+    .await;
+}
+
 /// The shard of `ns` in a ring of two, and the other one.
 fn two_shards_of(ns: &str) -> (u32, u32) {
     let shard = Ring::new(2).expect("two shards").shard_of(ns);

@@ -153,12 +153,27 @@ impl Engine {
     fn initial_work(&mut self, shard: u32, loaded: Option<checkpoint::Loaded>) -> Vec<(Change, Option<Transition>)> {
         // What the checkpoint cannot vouch for (none at a first start; the resources of a part
         // that could not be read) starts from the store's first list, as Reloader does.
-        let whole = loaded.as_ref().is_some_and(checkpoint::Loaded::is_whole);
-        let knows = |key: &ResourceKey| loaded.as_ref().is_some_and(|l| l.knows(key));
-        let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
-        let mut work = Vec::new();
         let current: Vec<(ResourceKey, ResourceState)> =
             self.store.resources_in(|ns| self.config.ring.shard_of(ns) == shard);
+        // A checkpoint that names fewer than half of what the shard holds is not believed to
+        // know the rest: a partial or forged one (a single line written by hand) would make
+        // everything else look created, and --reload-on-create roll the shard. What it does
+        // not name is taken as found, as at a first start.
+        let named = loaded.as_ref().map_or(0, |l| current.iter().filter(|(k, _)| l.entries.contains_key(k)).count());
+        let implausible = loaded.is_some() && is_implausible(named, current.len());
+        if implausible {
+            self.metrics.errors.with_label_values(&["checkpoint_partial"]).inc();
+            warn!(
+                shard,
+                named,
+                resources = current.len(),
+                "the checkpoint names fewer than half of the shard's resources: those it does not name are taken as found, not as created"
+            );
+        }
+        let whole = !implausible && loaded.as_ref().is_some_and(checkpoint::Loaded::is_whole);
+        let knows = |key: &ResourceKey| !implausible && loaded.as_ref().is_some_and(|l| l.knows(key));
+        let replay_all = self.config.reload_on_create && self.config.sync_after_restart;
+        let mut work = Vec::new();
         let baselines =
             if whole { HashMap::new() } else { self.store.baselines(|ns| self.config.ring.shard_of(ns) == shard) };
         let present: HashSet<&ResourceKey> = current.iter().map(|(k, _)| k).collect();
@@ -559,6 +574,13 @@ impl Engine {
             self.events.post(pod.clone(), EventType::Warning, "CheckpointNotSaved", "LetGo", note);
         }
     }
+}
+
+/// Whether a checkpoint naming `named` of the `resources` a shard holds cannot be the record
+/// of that shard: one saved at the last stop names all but those created since, and a few
+/// resources made while stopped never outnumber a shard's others by this much.
+fn is_implausible(named: usize, resources: usize) -> bool {
+    resources >= 4 && named * 2 < resources
 }
 
 #[cfg(test)]
