@@ -11,7 +11,8 @@ const LIST: &str = "configmap.reloader.stakater.com/reload";
 fuzz_target!(|input: (&str, &str)| {
     let (list, name) = input;
     let mut rules = Rules::new(Keys::default(), Options::default());
-    let state = ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false };
+    let state =
+        ResourceState { hash: DataHash::of_bytes(b"x"), ignored: false, search_match: false, wide: None, keys: None };
     let metadata = Annotations::from([(LIST.to_string(), list.to_string())]);
     let verdict = rules.decide(ResourceKind::ConfigMap, name, &state, &metadata, &PodTemplate::default());
     if list.len() <= 1024 && named_entries(list).any(|entry| entry == name) {
