@@ -60,6 +60,7 @@ impl DataHash {
     }
 
     /// Parse the 40-hex-character form written into workloads. `None` for anything else.
+    #[cfg(test)]
     pub fn parse_hex(text: &str) -> Option<Self> {
         let bytes = text.as_bytes();
         if bytes.len() != 40 {

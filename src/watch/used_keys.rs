@@ -75,6 +75,7 @@ impl KeyHashes {
     }
 
     /// Bytes held beside the struct.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.0)
     }
