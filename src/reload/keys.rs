@@ -110,18 +110,11 @@ impl Keys {
 
     /// Workload annotation keys the stores keep; every other annotation is dropped on arrival.
     pub fn workload_keys(&self) -> Vec<String> {
-        vec![
-            self.auto.clone(),
-            self.configmap_auto.clone(),
-            self.secret_auto.clone(),
-            self.secret_provider_class_auto.clone(),
-            self.configmap_reload.clone(),
-            self.secret_reload.clone(),
-            self.secret_provider_class_reload.clone(),
+        let mut keys = self.reloading_keys();
+        keys.extend([
             self.configmap_exclude.clone(),
             self.secret_exclude.clone(),
             self.secret_provider_class_exclude.clone(),
-            self.search.clone(),
             self.pause_period.clone(),
             self.paused_at.clone(),
             LAST_RELOADED_FROM.to_string(),
@@ -130,6 +123,21 @@ impl Keys {
             CRONJOB_RELOAD_STRATEGY.to_string(),
             COALESCE_WINDOW.to_string(),
             crate::watch::used_keys::ANNOTATION.to_string(),
+        ]);
+        keys
+    }
+
+    /// The workload annotation keys that can make a workload reload.
+    fn reloading_keys(&self) -> Vec<String> {
+        vec![
+            self.auto.clone(),
+            self.configmap_auto.clone(),
+            self.secret_auto.clone(),
+            self.secret_provider_class_auto.clone(),
+            self.configmap_reload.clone(),
+            self.secret_reload.clone(),
+            self.secret_provider_class_reload.clone(),
+            self.search.clone(),
         ]
     }
 
@@ -137,16 +145,7 @@ impl Keys {
     pub fn annotation_keys(&self) -> crate::watch::AnnotationKeys {
         crate::watch::AnnotationKeys {
             workload: self.workload_keys(),
-            reloading: vec![
-                self.auto.clone(),
-                self.configmap_auto.clone(),
-                self.secret_auto.clone(),
-                self.secret_provider_class_auto.clone(),
-                self.configmap_reload.clone(),
-                self.secret_reload.clone(),
-                self.secret_provider_class_reload.clone(),
-                self.search.clone(),
-            ],
+            reloading: self.reloading_keys(),
             ignore: self.ignore.clone(),
             search_match: self.search_match.clone(),
         }
