@@ -373,7 +373,6 @@ struct Engine {
     alerts: Option<(mpsc::Sender<Alert>, Sink)>,
     /// Coalesced writes, writes held to the rollout budget, and flap damping.
     deferred: Deferred,
-    /// Changes received and not yet decided, oldest first.
     /// Changes to decide, fair across namespaces.
     queue: FairQueue,
     /// Changes whose writes are in flight.

@@ -26,6 +26,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::queue::Queued;
 use super::{Engine, Outcome, Transition};
 use crate::reload::alert;
 use crate::reload::checkpoint::{ShortHash, short};
@@ -148,7 +149,13 @@ impl Engine {
     /// resource).
     pub(super) fn enqueue(&mut self, change: Change, forced: Option<Transition>) {
         let namespace = change.key.namespace.clone();
-        self.queue.push(change, forced, Instant::now());
+        if let Queued::Merged { same } = self.queue.push(change, forced, Instant::now()) {
+            // Handled as decided: a report of a change queued already, or one a newer overtook.
+            let reason = if same { "no_data_change" } else { "superseded" };
+            self.metrics.skipped.with_label_values(&[reason]).inc();
+            self.metrics.reconcile.observe("skipped", 0.0);
+            return;
+        }
         let depth = self.queue.depth(&namespace);
         // Namespaces take turns: it is about depth x namespaces pops from the head.
         self.pipeline.queued_at(depth.saturating_sub(1).saturating_mul(self.queue.namespaces()));

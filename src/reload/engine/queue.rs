@@ -25,6 +25,17 @@ pub(super) struct Entry {
     pub since: Instant,
 }
 
+/// What became of a change pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Queued {
+    New,
+    /// Merged into the queued update of the same resource; `same`: with the same data (a
+    /// report of a change already queued).
+    Merged {
+        same: bool,
+    },
+}
+
 #[derive(Default)]
 pub(super) struct FairQueue {
     namespaces: HashMap<Arc<str>, VecDeque<Entry>>,
@@ -54,10 +65,10 @@ impl FairQueue {
         self.namespaces.get(namespace).map_or(0, VecDeque::len)
     }
 
-    /// Queue `change` behind its namespace's others; returns whether it took a new place (an
-    /// update of a resource whose update is queued merges into that entry instead: the decision
-    /// is made once, on the newest data, as each would have been made on the newest).
-    pub fn push(&mut self, change: Change, forced: Option<Transition>, now: Instant) -> bool {
+    /// Queue `change` behind its namespace's others. An update of a resource whose update is
+    /// queued merges into that entry instead: the decision is made once, on the newest data,
+    /// as each would have been made on the newest.
+    pub fn push(&mut self, change: Change, forced: Option<Transition>, now: Instant) -> Queued {
         let plain = is_plain(&change, forced);
         if plain && self.updates.contains(&change.key) {
             // Into the resource's last entry, if that is a plain update too.
@@ -67,16 +78,17 @@ impl FairQueue {
                 .and_then(|q| q.iter_mut().rev().find(|e| e.change.key == change.key))
                 .filter(|e| is_plain(&e.change, e.forced));
             if let Some(entry) = last {
+                let same = entry.change.observed == change.observed;
                 // The baseline stays the first change's; the data is the last one's.
                 entry.change.observed = change.observed;
-                return false;
+                return Queued::Merged { same };
             }
         }
         if plain {
             self.updates.insert(change.key.clone());
         }
         self.push_back(Entry { change, forced, since: now });
-        true
+        Queued::New
     }
 
     fn push_back(&mut self, entry: Entry) {
@@ -178,10 +190,11 @@ mod tests {
     fn updates_of_one_resource_merge_into_one_decision_on_the_newest_data() {
         let mut queue = FairQueue::default();
         let now = Instant::now();
-        assert!(queue.push(update("ns", "cm", "1"), None, now));
+        assert_eq!(queue.push(update("ns", "cm", "1"), None, now), Queued::New);
         for i in 2..100 {
-            assert!(!queue.push(update("ns", "cm", &i.to_string()), None, now));
+            assert_eq!(queue.push(update("ns", "cm", &i.to_string()), None, now), Queued::Merged { same: false });
         }
+        assert_eq!(queue.push(update("ns", "cm", "99"), None, now), Queued::Merged { same: true });
         assert_eq!(queue.len(), 1);
         let entry = queue.pop().expect("one");
         assert_eq!(entry.change.observed, Some(DataHash::of_bytes(b"99")));
