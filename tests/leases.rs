@@ -32,6 +32,7 @@ fn config(ns: &str, identity: &str) -> lease::Config {
     lease::Config {
         namespace: ns.to_string(),
         identity: identity.to_string(),
+        pod_namespace: ns.to_string(),
         prefix: "fleet".to_string(),
         shards: SHARDS,
         lease_duration: Duration::from_secs(4),
@@ -551,6 +552,85 @@ async fn a_planted_lease_of_another_ring_stops_the_fleet_for_the_fleets_duration
         println!("16 shards held {took:?} after start, past a planted ring with a day-long duration");
         assert!(took < Duration::from_secs(30), "the planted Lease held the fleet for {took:?}");
         stop([replica]).await;
+    })
+    .await;
+}
+
+/// Issue 49: anyone who may write Leases in the controller's namespace (a tenant's operator
+/// granted Leases cluster-wide) renewed a shard Lease in a made-up name every few seconds and
+/// kept that shard from every replica for good, and a made-up member Lease was given shards
+/// nobody took. A holder is believed only when it is a pod of the replicas' ServiceAccount:
+/// here a forger rewrites every shard Lease twice a second, for a name with no pod and for a
+/// pod of another ServiceAccount, and two replicas still share every shard, neither forged
+/// name a member.
+#[tokio::test]
+async fn a_forger_renewing_the_fleets_leases_holds_no_shard_and_is_no_member() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use kube::api::{Patch, PatchParams};
+    with_temp_ns("leases-forged", |client, ns| async move {
+        let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), &ns);
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &ns);
+        for account in ["fleet", "other"] {
+            let sa = serde_json::from_value(serde_json::json!({ "metadata": { "name": account } })).expect("SA");
+            accounts.create(&Default::default(), &sa).await.expect("create the ServiceAccount");
+        }
+        for (pod, account) in [("replica-a", "fleet"), ("replica-b", "fleet"), ("mallory", "other")] {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": pod },
+                "spec": { "serviceAccountName": account, "automountServiceAccountToken": false,
+                          "containers": [{ "name": "app", "image": "app" }] }
+            }))
+            .expect("pod");
+            pods.create(&Default::default(), &pod).await.expect("create the pod");
+        }
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &ns);
+        let forge = |name: String, role: &str, holder: &str| -> serde_json::Value {
+            serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": { "name": name,
+                              "labels": { lease::FLEET_LABEL: "fleet", lease::ROLE_LABEL: role },
+                              "annotations": { lease::RING_ANNOTATION: ring(SHARDS) } },
+                "spec": { "holderIdentity": holder, "leaseDurationSeconds": 4,
+                          "renewTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string() }
+            })
+        };
+        let forger_stop = CancellationToken::new();
+        let forger = tokio::spawn({
+            let (leases, stop) = (leases.clone(), forger_stop.clone());
+            async move {
+                let apply = PatchParams::apply("forger").force();
+                let mut rounds = 0u32;
+                while !stop.is_cancelled() {
+                    let mut writes = vec![("fleet-member-intruder".to_string(), "member", "intruder")];
+                    for shard in 0..SHARDS {
+                        let holder = if shard % 2 == 0 { "intruder" } else { "mallory" };
+                        writes.push((format!("fleet-shard-{shard}"), "shard", holder));
+                    }
+                    for (name, role, holder) in writes {
+                        let _ = leases.patch(&name, &apply, &Patch::Apply(forge(name.clone(), role, holder))).await;
+                    }
+                    rounds += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                rounds
+            }
+        });
+        wait_for("the forged Leases written", || async {
+            leases.get_opt(&format!("fleet-shard-{}", SHARDS - 1)).await.ok().flatten().map(|_| ())
+        })
+        .await;
+        let (a, b) = (start(&client, &ns, "replica-a"), start(&client, &ns, "replica-b"));
+        wait_for("the replicas sharing every shard past the forger", || async { settled(&[&a, &b]).then_some(()) })
+            .await;
+        for replica in [&a, &b] {
+            let members = replica.ownership.borrow().members.clone();
+            assert_eq!(members, vec!["replica-a".to_string(), "replica-b".to_string()], "forged members counted");
+        }
+        forger_stop.cancel();
+        let rounds = forger.await.expect("forger");
+        println!("the forger rewrote every Lease {rounds} times; the two replicas shared every shard");
+        stop([a, b]).await;
     })
     .await;
 }

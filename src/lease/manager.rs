@@ -53,6 +53,7 @@ use crate::lease::fence::{fence, lock};
 use crate::lease::handoff::{
     LEAVING_ANNOTATION, Leaving, WARM_ANNOTATION, changed, format_shards, is_leaving, is_open, lease_events, warm_of,
 };
+use crate::lease::holders::Holders;
 use crate::lease::metrics::Metrics;
 use crate::lease::ownership::{Ownership, Publisher, ShardState, ShardStatus, Shards};
 use observe::{Listing, Look, Observed};
@@ -72,6 +73,9 @@ pub struct Config {
     pub namespace: String,
     /// This replica's identity (`POD_NAME`), written as `holderIdentity`.
     pub identity: String,
+    /// The namespace of the fleet's pods (`POD_NAMESPACE`): a holder is believed when it is a
+    /// pod there running as this replica's ServiceAccount.
+    pub pod_namespace: String,
     /// Lease name prefix (`--leader-election-id`). With one shard the shard Lease is named
     /// exactly this, like Reloader's lock; otherwise `<prefix>-shard-<n>`.
     pub prefix: String,
@@ -137,7 +141,8 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) -> (Shards, JoinHandle<Result<(), Error>>) {
     let (publisher, shards) = Publisher::new();
-    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+    let holders = Holders::new(Api::namespaced(client, &config.pod_namespace), config.identity.clone());
     let task = Manager {
         api,
         config,
@@ -154,6 +159,7 @@ pub fn spawn(
         standby: Standby::default(),
         heir_waits: HashMap::new(),
         must_list: false,
+        holders,
     };
     (shards, tokio::spawn(task.run(publisher, shutdown)))
 }
@@ -186,6 +192,8 @@ struct Manager {
     heir_waits: HashMap<u32, Instant>,
     /// A write lost a race: the next round LISTs, whatever started it.
     must_list: bool,
+    /// Which holders are replicas of this fleet.
+    holders: Holders,
 }
 
 /// What the other rooms report to the lease task.
@@ -355,13 +363,16 @@ impl Manager {
         if !self.refresh(look).await {
             return;
         }
+        let seen: Vec<String> = self.observed.values().map(|o| o.holder().to_string()).collect();
+        self.holders.look(seen.iter().map(String::as_str), Instant::now()).await;
+        self.metrics.refused_holders.set(self.holders.refused() as i64);
         let members = self.live_members(Instant::now());
         let placing = self.placing_members(&members);
         let now = Instant::now();
         let holders: Vec<Option<String>> = (0..self.config.shards)
             .map(|shard| {
                 let o = self.observed.get(&self.config.shard_lease_name(shard))?;
-                (!o.holder().is_empty() && !o.expired(now, self.config.lease_duration)).then(|| o.holder().to_string())
+                (!self.is_free(o, now)).then(|| o.holder().to_string())
             })
             .collect();
         let holder_refs: Vec<Option<&str>> = holders.iter().map(Option::as_deref).collect();
@@ -459,9 +470,7 @@ impl Manager {
                 (true, false) if self.renewal_due(shard) => actions.push(renew(&observed)),
                 (true, false) => {}
                 (false, true) => {
-                    let free = observed
-                        .as_ref()
-                        .is_none_or(|o| o.holder().is_empty() || o.expired(Instant::now(), self.config.lease_duration));
+                    let free = observed.as_ref().is_none_or(|o| self.is_free(o, Instant::now()));
                     if free {
                         actions.push(Action::Shard { shard, observed, renewing: false });
                     }
@@ -615,6 +624,17 @@ impl Manager {
         }
     }
 
+    /// Whether a shard's Lease may be taken: nobody holds it, its holder stopped renewing it,
+    /// or its holder is no replica of this fleet. Reloader's own lock (adopted, without the
+    /// fleet's labels) is believed as Reloader believes it: an image swap never has two
+    /// controllers acting.
+    fn is_free(&self, lease: &Observed, now: Instant) -> bool {
+        let reloaders = lease.lease.metadata.name.as_ref().is_some_and(|name| self.adopted.contains_key(name));
+        lease.holder().is_empty()
+            || lease.expired(now, self.config.lease_duration)
+            || (!reloaders && !self.holders.believes(lease.holder()))
+    }
+
     fn ownership(&self, now: Instant) -> Ownership {
         let members = self.live_members(now);
         let mut held = BTreeSet::new();
@@ -633,7 +653,7 @@ impl Manager {
                 } else {
                     ShardState::Fenced
                 }
-            } else if holder.is_empty() || observed.is_some_and(|o| o.expired(now, self.config.lease_duration)) {
+            } else if observed.is_none_or(|o| self.is_free(o, now)) {
                 ShardState::Free
             } else {
                 ShardState::Elsewhere

@@ -12,6 +12,9 @@ pub struct Metrics {
     pub losses: prometheus::IntCounter,
     /// `reloader_shard_handoff_seconds`: from seeing a Lease last change to acquiring it.
     pub handoff: prometheus::Histogram,
+    /// `reloader_lease_holders_refused`: holders named in the fleet's Leases that are no pod
+    /// of this controller's ServiceAccount (someone else writes the fleet's Leases).
+    pub refused_holders: prometheus::IntGauge,
 }
 
 impl Metrics {
@@ -38,6 +41,11 @@ impl Metrics {
         registry.register(Box::new(acquisitions.clone()))?;
         registry.register(Box::new(losses.clone()))?;
         registry.register(Box::new(handoff.clone()))?;
-        Ok(Metrics { shards_held, shards_standby, acquisitions, losses, handoff })
+        let refused_holders = prometheus::IntGauge::new(
+            "reloader_lease_holders_refused",
+            "Holders named in the fleet's Leases that are no pod of this controller's ServiceAccount",
+        )?;
+        registry.register(Box::new(refused_holders.clone()))?;
+        Ok(Metrics { shards_held, shards_standby, acquisitions, losses, handoff, refused_holders })
     }
 }

@@ -9,6 +9,7 @@
 mod assignment;
 mod fence;
 mod handoff;
+mod holders;
 mod manager;
 mod metrics;
 mod ownership;

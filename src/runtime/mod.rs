@@ -367,7 +367,10 @@ async fn engine_config(
     let (checkpoint_namespace, source) = places::checkpoint_namespace(&settings.env, &settings.watch);
     // The first shard's checkpoint stands for all: RBAC names each (resourceNames).
     let first = reload::checkpoint::Checkpoint::name_of(&r.checkpoint_name, 0, settings.fleet.shards);
-    let warnings = places::check(&connection.client, &settings.watch, (&checkpoint_namespace, &first), &source).await;
+    let fleet = settings.fleet.enable_ha || settings.fleet.shards > 1;
+    let fleet_pods = settings.env.pod_namespace.as_deref().filter(|_| fleet);
+    let warnings =
+        places::check(&connection.client, &settings.watch, (&checkpoint_namespace, &first), &source, fleet_pods).await;
     for warning in warnings {
         warn!(%warning, "a setting needs attention");
         connection.state.warn(warning);
@@ -418,8 +421,9 @@ fn lease_config(settings: &Settings, ring: &Ring) -> anyhow::Result<Option<lease
         bail!("--enable-ha and --shards above 1 need the POD_NAME and POD_NAMESPACE environment variables");
     };
     Ok(Some(lease::Config {
-        namespace: if fleet.lease_namespace.is_empty() { pod_namespace } else { fleet.lease_namespace.clone() },
+        namespace: if fleet.lease_namespace.is_empty() { pod_namespace.clone() } else { fleet.lease_namespace.clone() },
         identity,
+        pod_namespace,
         prefix: fleet.lease_prefix.clone(),
         shards: fleet.shards,
         lease_duration: fleet.lease_duration,

@@ -39,6 +39,7 @@ pub async fn check(
     watch: &WatchSettings,
     (checkpoint_namespace, checkpoint): (&str, &str),
     checkpoint_source: &str,
+    fleet_pods: Option<&str>,
 ) -> Vec<String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let missing = |ns: String| {
@@ -85,6 +86,15 @@ pub async fn check(
                 MAX_PARTS - 1
             ));
         }
+    }
+    // A fleet believes a Lease holder only when it is one of the fleet's pods (it lists them).
+    if let Some(pods) = fleet_pods
+        && denied(client, ("", "pods"), "list", pods, None).await
+    {
+        warnings.push(format!(
+            "this service account may not list pods in {pods:?}: Lease holders are not checked, so whoever may \
+             write Leases there can hold shards"
+        ));
     }
     warnings
 }

@@ -176,6 +176,7 @@ impl Manager {
             .filter(|(name, _)| !self.adopted.contains_key(*name))
             .map(|(_, o)| o)
             .filter(|o| !o.holder().is_empty() && o.holder() != self.config.identity && !o.expired(now, ceiling))
+            .filter(|o| self.holders.believes(o.holder()))
             .map(Observed::ring)
             // A ring annotation that is no ring (written by hand, or garbage) is not one to
             // give way to: it would stop the whole fleet.
@@ -192,6 +193,7 @@ impl Manager {
             .observed
             .values()
             .filter(|o| is_role(&o.lease, "member") && !o.holder().is_empty() && !o.expired(now, ceiling))
+            .filter(|o| self.holders.believes(o.holder()))
             .filter(|o| o.ring() == self.config.ring)
             .map(|o| o.holder().to_string())
             .collect();
