@@ -28,7 +28,9 @@ use tracing::{info, warn};
 const MIN_RELIST: Duration = Duration::from_secs(1);
 /// How long after a failed first look the ServiceAccount is looked up again.
 const RETRY_LOOKUP: Duration = Duration::from_secs(10);
-const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Short: the list is awaited in a lease round, whose renewals must not wait for it (a holder
+/// is believed while the list is late).
+const API_TIMEOUT: Duration = Duration::from_secs(2);
 
 enum State {
     /// Not known yet (the first look failed): everybody is believed meanwhile.
