@@ -11,6 +11,7 @@
 
 mod churn;
 mod fanout;
+mod noisy;
 mod scale;
 
 use std::collections::HashMap;
@@ -105,6 +106,9 @@ async fn main() -> anyhow::Result<()> {
         let per_wave: usize = args.get(3).context(usage)?.parse()?;
         let rounds: usize = args.get(4).map_or(Ok(1), |r| r.parse())?;
         return churn::churn(total, per_wave, rounds).await;
+    }
+    if args.get(1).map(String::as_str) == Some("noisy") {
+        return noisy::noisy(&args[2..]).await;
     }
     if args.get(1).map(String::as_str) == Some("scale") {
         return scale::scale(&args[2..]).await;

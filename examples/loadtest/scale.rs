@@ -53,7 +53,7 @@ fn namespace(i: usize) -> String {
 }
 
 /// The first ConfigMap of every namespace, recorded by its first Deployment.
-const LAYOUT: Layout = Layout {
+pub(crate) const LAYOUT: Layout = Layout {
     namespace,
     configmap: CONFIGMAPS[0],
     key: "version",
@@ -90,7 +90,7 @@ pub async fn scale(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Create what is missing, 64 namespaces at once (each create tolerates what exists).
-async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
+pub(crate) async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
     let started = Instant::now();
     create_home(client).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -130,7 +130,7 @@ async fn populate(client: &Client, count: usize) -> anyhow::Result<()> {
 }
 
 /// Create an object, or leave the one that exists.
-async fn create_once<K>(api: &Api<K>, object: serde_json::Value) -> anyhow::Result<()>
+pub(crate) async fn create_once<K>(api: &Api<K>, object: serde_json::Value) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
 {
@@ -188,14 +188,14 @@ fn control_plane_memory() -> String {
 }
 
 /// The most resident memory the process has had (`VmHWM`).
-fn peak_rss_mib(pid: u32) -> Option<f64> {
+pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
 
 /// The sum of every series of `name` (any labels).
-async fn metric_sum(port: u16, name: &str) -> f64 {
+pub(crate) async fn metric_sum(port: u16, name: &str) -> f64 {
     let body = http_get(port, "/metrics").await.unwrap_or_default();
     body.lines()
         .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
@@ -212,7 +212,7 @@ async fn start_default(r: usize, count: usize) -> anyhow::Result<(Child, u16, Du
     Ok((child, port, started.elapsed().saturating_sub(Duration::from_secs(5))))
 }
 
-async fn stop(child: &mut Child) {
+pub(crate) async fn stop(child: &mut Child) {
     if let Some(pid) = child.id() {
         let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
     }
