@@ -33,7 +33,8 @@ const NEVER_READY: usize = 50;
 /// 10,000 writes a minute.
 const FLOOD_PER_SECOND: u64 = 167;
 const ANNOTATION_BYTES: usize = 200 * 1024;
-/// The places the replica gives rollouts (`--max-concurrent-rollouts`).
+/// The places the replica gives rollouts (`--max-concurrent-rollouts`) unless
+/// `NOISY_ROLLOUT_PLACES` says otherwise (0: no such flag).
 const ROLLOUT_PLACES: usize = 16;
 
 pub async fn noisy(args: &[String]) -> anyhow::Result<()> {
@@ -46,7 +47,9 @@ pub async fn noisy(args: &[String]) -> anyhow::Result<()> {
     hostile(&client).await?;
     println!("hostile namespace created in {:.0?}", started.elapsed());
 
-    let extra = [format!("--max-concurrent-rollouts={ROLLOUT_PLACES}")];
+    let places = std::env::var("NOISY_ROLLOUT_PLACES").map_or(Ok(ROLLOUT_PLACES), |p| p.parse())?;
+    let extra: Vec<String> = (places > 0).then(|| format!("--max-concurrent-rollouts={places}")).into_iter().collect();
+    println!("one replica, default flags{}", extra.first().map_or(String::new(), |f| format!(" and {f}")));
     let (mut child, port) = start_one_with(0, 1, count, "default", &extra).await?;
     wait_ready(&[port], 1, 1).await?;
     let pid = child.id().unwrap_or(0);

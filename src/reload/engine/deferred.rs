@@ -105,9 +105,21 @@ impl Deferred {
     /// A write of `workload` (now at `generation`) started a rollout that counts against
     /// `--max-concurrent-rollouts` until it completes.
     pub(super) fn started(&mut self, workload: &WorkloadKey, generation: i64, now: Instant) {
-        if self.max_in_flight.is_some() {
-            let rolling = Rolling { generation, since: now, seen: String::new(), progressed: now };
-            self.in_flight.insert(workload.clone(), rolling);
+        if self.max_in_flight.is_none() {
+            return;
+        }
+        match self.in_flight.get_mut(workload) {
+            // Written again while its place is held: the place is still the first write's (a
+            // workload rewritten every few seconds must not hold its place for good).
+            Some(rolling) if rolling.generation != i64::MAX => rolling.generation = generation,
+            Some(rolling) => {
+                let since = rolling.since;
+                *rolling = Rolling { generation, since, seen: String::new(), progressed: now };
+            }
+            None => {
+                let rolling = Rolling { generation, since: now, seen: String::new(), progressed: now };
+                self.in_flight.insert(workload.clone(), rolling);
+            }
         }
     }
 
@@ -115,7 +127,8 @@ impl Deferred {
     /// `--max-concurrent-rollouts` as the rollout it may start.
     pub(super) fn sending(&mut self, workload: &WorkloadKey, now: Instant) {
         if self.max_in_flight.is_some() {
-            let rolling = Rolling { generation: i64::MAX, since: now, seen: String::new(), progressed: now };
+            let since = self.in_flight.get(workload).map_or(now, |rolling| rolling.since);
+            let rolling = Rolling { generation: i64::MAX, since, seen: String::new(), progressed: now };
             self.in_flight.insert(workload.clone(), rolling);
         }
     }
@@ -162,8 +175,26 @@ impl Deferred {
         self.in_flight.len()
     }
 
+    /// Whether every place is taken. A namespace holding more than its share (the places over
+    /// the namespaces rolling or waiting) while another waits below its share has only its
+    /// share counted: a tenant whose rollouts never end holds its share, not every place (at
+    /// worst twice the places roll at once, never a namespace starved).
     fn full(&self) -> bool {
-        self.max_in_flight.is_some_and(|max| self.in_flight.len() >= max)
+        let Some(max) = self.max_in_flight else { return false };
+        if self.in_flight.len() < max {
+            return false;
+        }
+        let rolling = self.rolling_by_namespace();
+        let share = self.share(&rolling, max);
+        let below_share_waits = self.ready.keys().any(|ns| rolling.get(&**ns).copied().unwrap_or(0) < share);
+        let counted: usize = rolling.values().map(|held| (*held).min(share)).sum();
+        !below_share_waits || counted >= max
+    }
+
+    /// A namespace's share of `max` places among the namespaces rolling or waiting.
+    fn share(&self, rolling: &HashMap<&str, usize>, max: usize) -> usize {
+        let competing = rolling.len() + self.ready.keys().filter(|ns| !rolling.contains_key(&***ns)).count();
+        max.div_ceil(competing.max(1))
     }
 
     /// Workload `workload` is to record `resource` (whose processed change has `hash`; `None`
@@ -251,10 +282,7 @@ impl Deferred {
     /// holding fewer places than its share.
     fn next_namespace(&self, within_share: bool) -> Option<Arc<str>> {
         let rolling = self.rolling_by_namespace();
-        let share = self.max_in_flight.map(|max| {
-            let competing = rolling.len() + self.ready.keys().filter(|ns| !rolling.contains_key(&***ns)).count();
-            max.div_ceil(competing.max(1))
-        });
+        let share = self.max_in_flight.map(|max| self.share(&rolling, max));
         let may =
             |ns: &Arc<str>| !within_share || share.is_none_or(|share| rolling.get(&**ns).copied().unwrap_or(0) < share);
         let after = match &self.last_namespace {
@@ -462,31 +490,81 @@ mod tests {
         for i in 0..10 {
             d.add(&w("noisy", &format!("w{i}")), &r("noisy", "cm"), None, Duration::ZERO);
         }
-        // Alone, the noisy namespace may take every place.
-        for _ in 0..3 {
-            let (workload, _) = d.next(now).expect("a free place");
+        let take = |d: &mut Deferred| {
+            let (workload, _) = d.next(now)?;
+            writer.apply_workload(rolling(&workload, "1", false));
+            d.started(&workload, 2, now);
+            Some(workload)
+        };
+        for _ in 0..2 {
+            take(&mut d).expect("alone, a free place");
+        }
+        d.add(&w("a-quiet", "web"), &r("a-quiet", "cm"), None, Duration::ZERO);
+        assert_eq!(take(&mut d).map(|w| w.namespace), Some("a-quiet".into()), "in turn after noisy");
+        // One place is free. In turn after a-quiet comes noisy, but noisy holds two places of
+        // four among three namespaces, its share: the place goes to z-quiet.
+        d.add(&w("z-quiet", "web"), &r("z-quiet", "cm"), None, Duration::ZERO);
+        let z = take(&mut d).expect("the fourth place");
+        assert_eq!(&*z.namespace, "z-quiet");
+        assert!(d.next(now).is_none(), "every namespace holds its share: full");
+        // With nobody else waiting, the noisy namespace uses a free place.
+        writer.apply_workload(rolling(&z, "2", true));
+        assert!(d.settle(&store, now).is_empty());
+        assert_eq!(take(&mut d).map(|w| w.namespace), Some("noisy".into()), "no place left idle");
+    }
+
+    #[test]
+    fn a_namespace_whose_rollouts_never_end_holds_its_share_not_every_place() {
+        let (store, writer) = Store::new(Vec::new());
+        let mut d = Deferred::new(None, Some(4));
+        let now = Instant::now();
+        for i in 0..4 {
+            d.add(&w("hostile", &format!("w{i}")), &r("hostile", "cm"), None, Duration::ZERO);
+        }
+        while let Some((workload, _)) = d.next(now) {
             writer.apply_workload(rolling(&workload, "1", false));
             d.started(&workload, 2, now);
         }
-        // A quiet namespace takes the fourth place; the budget is full.
-        d.add(&w("a-quiet", "web"), &r("a-quiet", "cm"), None, Duration::ZERO);
-        let (next, _) = d.next(now).expect("the fourth place");
-        assert_eq!(&*next.namespace, "a-quiet");
-        writer.apply_workload(rolling(&next, "1", false));
-        d.started(&next, 2, now);
-        d.add(&w("z-quiet", "web"), &r("z-quiet", "cm"), None, Duration::ZERO);
-        assert!(d.next(now).is_none(), "the budget is full");
-        // One noisy rollout completes. In turn after a-quiet comes noisy, but noisy holds two
-        // places of four among three namespaces: the place goes to z-quiet.
-        let first_noisy = d.in_flight.keys().find(|k| &*k.namespace == "noisy").cloned().expect("noisy rolling");
-        writer.apply_workload(rolling(&first_noisy, "2", true));
-        assert!(d.settle(&store, now).is_empty());
-        let (next, _) = d.next(now).expect("a place is free");
-        assert_eq!(&*next.namespace, "z-quiet");
-        // With nobody else waiting, the noisy namespace uses a free place.
-        writer.apply_workload(rolling(&next, "2", true));
-        d.settle(&store, now);
-        assert_eq!(d.next(now).map(|(w, _)| w.namespace), Some("noisy".into()), "no place left idle");
+        assert_eq!(d.in_flight(), 4, "alone, it took every place");
+        // Three quiet namespaces arrive while those four never complete: each gets a place.
+        for (n, ns) in ["quiet-a", "quiet-b", "quiet-c"].into_iter().enumerate() {
+            d.add(&w(ns, "web"), &r(ns, "cm"), None, Duration::ZERO);
+            d.settle(&store, now);
+            let (workload, _) = d.next(now).unwrap_or_else(|| panic!("{ns} starved behind the hostile rollouts"));
+            assert_eq!(&*workload.namespace, ns);
+            writer.apply_workload(rolling(&workload, "1", false));
+            d.started(&workload, 2, now);
+            assert_eq!(d.in_flight(), 5 + n);
+        }
+        // Now every namespace holds its share (one of four places each): the next waits.
+        d.add(&w("hostile", "w9"), &r("hostile", "cm"), None, Duration::ZERO);
+        d.add(&w("quiet-a", "api"), &r("quiet-a", "cm"), None, Duration::ZERO);
+        assert!(d.next(now).is_none(), "full: each namespace holds its share");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_workload_written_again_keeps_the_place_of_its_first_write() {
+        let (store, writer) = Store::new(Vec::new());
+        let mut d = Deferred::new(None, Some(1));
+        let web = w("a", "web");
+        d.add(&web, &r("a", "cm"), None, Duration::ZERO);
+        let (first, _) = d.next(Instant::now()).expect("a place");
+        d.started(&first, 2, Instant::now());
+        // Written again every 30 s (each write is a new rollout, and its status moves), never
+        // complete: the place goes back at the timeout from the first write.
+        for round in 1..=ROLLOUT_TIMEOUT.as_secs() / 30 {
+            tokio::time::advance(Duration::from_secs(30)).await;
+            d.sending(&web, Instant::now());
+            d.started(&web, 2 + round as i64, Instant::now());
+            writer.apply_workload(rolling(&web, &round.to_string(), false));
+            let given = d.settle(&store, Instant::now());
+            if !given.is_empty() {
+                assert_eq!(given, vec![GivenBack { workload: web.clone(), stalled: false }]);
+                assert_eq!(round * 30, ROLLOUT_TIMEOUT.as_secs(), "at the timeout from the first write");
+                return;
+            }
+        }
+        panic!("a workload written again and again kept its place");
     }
 
     #[tokio::test(start_paused = true)]
