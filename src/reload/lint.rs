@@ -126,41 +126,7 @@ pub fn workload(keys: &Keys, workload: &Workload, patterns: &mut Patterns) -> Ve
                 });
             }
         }
-        for list_key in [&keys.configmap_reload, &keys.secret_reload, &keys.secret_provider_class_reload] {
-            let Some(list) = annotations.get(list_key) else { continue };
-            // Read under the engine's own limits: the lint never holds or compiles more.
-            if list.len() > EXPLICIT_LIST_LIMIT {
-                out.push(Finding {
-                    code: "list-too-long",
-                    annotation: list_key.clone(),
-                    message: format!(
-                        "{list_key:?} is {} bytes, longer than the {EXPLICIT_LIST_LIMIT} read: the list is ignored",
-                        list.len()
-                    ),
-                });
-                continue;
-            }
-            for (entry, why) in patterns.refused(list) {
-                let message = match why {
-                    Refused::Invalid(err) => {
-                        let why = err.lines().last().unwrap_or_default().trim().to_string();
-                        format!(
-                            "{list_key:?} entry {entry:?} is not a valid regular expression ({why}) and never \
-                             matches: fix or remove it"
-                        )
-                    }
-                    Refused::TooMany => {
-                        out.push(Finding {
-                            code: "too-many-patterns",
-                            annotation: list_key.clone(),
-                            message: format!("{list_key:?} entry {entry:?}: {}", refused_too_many()),
-                        });
-                        break;
-                    }
-                };
-                out.push(Finding { code: "invalid-pattern", annotation: list_key.clone(), message });
-            }
-        }
+        reload_lists(keys, annotations, patterns, &mut out);
         let on = |key: &str| annotations.get(key).is_some_and(|v| parse_go_bool(v) == Some(true));
         if on(&keys.auto) && annotations.get(&keys.search).is_some_and(|v| v == "true") {
             out.push(Finding {
@@ -206,6 +172,47 @@ pub fn workload(keys: &Keys, workload: &Workload, patterns: &mut Patterns) -> Ve
     out.sort();
     out.dedup();
     out
+}
+
+/// Findings on the reload lists of one set of annotations, read under the engine's own limits:
+/// a list too long to read, entries that are no regular expression, more patterns than a list
+/// may hold.
+fn reload_lists(keys: &Keys, annotations: &Annotations, patterns: &mut Patterns, out: &mut Vec<Finding>) {
+    for list_key in [&keys.configmap_reload, &keys.secret_reload, &keys.secret_provider_class_reload] {
+        let Some(list) = annotations.get(list_key) else { continue };
+        // Read under the engine's own limits: the lint never holds or compiles more.
+        if list.len() > EXPLICIT_LIST_LIMIT {
+            out.push(Finding {
+                code: "list-too-long",
+                annotation: list_key.clone(),
+                message: format!(
+                    "{list_key:?} is {} bytes, longer than the {EXPLICIT_LIST_LIMIT} read: the list is ignored",
+                    list.len()
+                ),
+            });
+            continue;
+        }
+        for (entry, why) in patterns.refused(list) {
+            let message = match why {
+                Refused::Invalid(err) => {
+                    let why = err.lines().last().unwrap_or_default().trim().to_string();
+                    format!(
+                        "{list_key:?} entry {entry:?} is not a valid regular expression ({why}) and never \
+                         matches: fix or remove it"
+                    )
+                }
+                Refused::TooMany => {
+                    out.push(Finding {
+                        code: "too-many-patterns",
+                        annotation: list_key.clone(),
+                        message: format!("{list_key:?} entry {entry:?}: {}", refused_too_many()),
+                    });
+                    break;
+                }
+            };
+            out.push(Finding { code: "invalid-pattern", annotation: list_key.clone(), message });
+        }
+    }
 }
 
 /// Auto or search on a kind of `--custom-kinds-file` that finds no container or volume where the
