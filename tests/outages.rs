@@ -6,6 +6,9 @@
 //!
 //! One test in its own binary: stopping the API server would break any test running beside it.
 
+// The helpers of tests/it, of which this binary uses a part.
+#[allow(dead_code)]
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
