@@ -213,20 +213,12 @@ mod tests {
     }
 
     fn fleet_state_with(checkpoints: crate::reload::CheckpointStatus) -> AdminState {
-        use crate::watch::{Container, PodTemplate, Workload, WorkloadKey, WorkloadKind};
+        use crate::watch::{Container, PodTemplate, Workload, WorkloadKind};
         let (store, writer) = crate::watch::Store::new(vec![]);
         for ns in ["team-a", "team-b"] {
             writer.apply_workload(Workload {
-                key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: ns.into(), name: "web".into() },
-                uid: String::new(),
-                resource_version: "1".into(),
-                annotations: Default::default(),
                 template: PodTemplate { containers: vec![Container::default()], ..Default::default() },
-                paused: false,
-                generation: 1,
-                rolled_out: true,
-                raw: None,
-                workload_ref: None,
+                ..Workload::test(WorkloadKind::Deployment, ns, "web")
             });
         }
         let fleet = FleetView {

@@ -538,9 +538,7 @@ mod tests {
             recorded: vec![("STAKATER_CONFIG_CONFIGMAP".into(), "old".into())],
         };
         writer.apply_workload(Workload {
-            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
             uid: "u".into(),
-            resource_version: "1".into(),
             annotations: [
                 ("reloader.stakater.com/auto".to_string(), "true".to_string()),
                 ("configmap.reloader.stakater.com/reload".to_string(), "missing".to_string()),
@@ -554,11 +552,7 @@ mod tests {
                 }],
                 ..Default::default()
             },
-            paused: false,
-            generation: 1,
-            rolled_out: true,
-            raw: None,
-            workload_ref: None,
+            ..Workload::test(WorkloadKind::Deployment, "ns", "web")
         });
         store
     }

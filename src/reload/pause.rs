@@ -77,20 +77,13 @@ pub fn merge_patch(patch: &mut Value, extra: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::{Annotations, PodTemplate, WorkloadKey};
+    use crate::watch::Annotations;
 
     fn deployment(annotations: &[(&str, &str)], paused: bool) -> Workload {
         Workload {
-            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
-            uid: String::new(),
-            resource_version: "1".into(),
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Annotations>(),
-            template: PodTemplate::default(),
             paused,
-            generation: 1,
-            rolled_out: true,
-            raw: None,
-            workload_ref: None,
+            ..Workload::test(WorkloadKind::Deployment, "ns", "web")
         }
     }
 

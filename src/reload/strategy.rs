@@ -404,14 +404,11 @@ pub fn last_reloaded_from(workload: &Workload) -> Option<ReloadSource> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::{Annotations, Container, PodTemplate, WorkloadKey, WorkloadKind};
+    use crate::watch::{Container, PodTemplate, WorkloadKind};
 
     fn workload() -> Workload {
         Workload {
-            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
             uid: "u".into(),
-            resource_version: "1".into(),
-            annotations: Annotations::default(),
             template: PodTemplate {
                 containers: vec![
                     Container { name: "sidecar".into(), ..Default::default() },
@@ -419,11 +416,7 @@ mod tests {
                 ],
                 ..Default::default()
             },
-            paused: false,
-            generation: 1,
-            rolled_out: true,
-            raw: None,
-            workload_ref: None,
+            ..Workload::test(WorkloadKind::Deployment, "ns", "web")
         }
     }
 

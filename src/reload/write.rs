@@ -332,21 +332,9 @@ fn gone_is_none(result: Result<Option<Workload>, kube::Error>) -> WriteResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::{Annotations, PodTemplate};
 
     fn cronjob(name: &str) -> Workload {
-        Workload {
-            key: WorkloadKey { kind: WorkloadKind::CronJob, namespace: "ns".into(), name: name.into() },
-            uid: "uid-1".into(),
-            resource_version: "1".into(),
-            annotations: Annotations::default(),
-            template: PodTemplate::default(),
-            paused: false,
-            generation: 1,
-            rolled_out: true,
-            raw: None,
-            workload_ref: None,
-        }
+        Workload { uid: "uid-1".into(), ..Workload::test(WorkloadKind::CronJob, "ns", name) }
     }
 
     #[test]

@@ -163,6 +163,26 @@ pub struct Workload {
     pub workload_ref: Option<Arc<str>>,
 }
 
+#[cfg(test)]
+impl Workload {
+    /// A rolled-out `kind` `namespace/name` at generation 1 and resourceVersion "1", with
+    /// nothing else: unit tests set what they are about with struct update syntax.
+    pub(crate) fn test(kind: WorkloadKind, namespace: &str, name: &str) -> Self {
+        Workload {
+            key: WorkloadKey { kind, namespace: namespace.into(), name: name.into() },
+            uid: String::new(),
+            resource_version: "1".into(),
+            annotations: Annotations::default(),
+            template: PodTemplate::default(),
+            paused: false,
+            generation: 1,
+            rolled_out: true,
+            raw: None,
+            workload_ref: None,
+        }
+    }
+}
+
 /// The pod template parts that reference resources or record reloads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodTemplate {

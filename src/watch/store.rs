@@ -547,16 +547,9 @@ mod tests {
             ..Default::default()
         };
         Workload {
-            key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: ns.into(), name: name.into() },
-            uid: String::new(),
-            resource_version: "1".into(),
             annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Annotations>(),
             template: PodTemplate { containers: vec![container], ..Default::default() },
-            paused: false,
-            generation: 1,
-            rolled_out: true,
-            raw: None,
-            workload_ref: None,
+            ..Workload::test(WorkloadKind::Deployment, ns, name)
         }
     }
 

@@ -469,16 +469,10 @@ mod tests {
 
     fn rolling(key: &WorkloadKey, version: &str, rolled_out: bool) -> crate::watch::Workload {
         crate::watch::Workload {
-            key: key.clone(),
-            uid: String::new(),
             resource_version: version.into(),
-            annotations: Default::default(),
-            template: Default::default(),
-            paused: false,
             generation: 2,
             rolled_out,
-            raw: None,
-            workload_ref: None,
+            ..crate::watch::Workload::test(key.kind, &key.namespace, &key.name)
         }
     }
 

@@ -3,7 +3,7 @@ use super::*;
 fn workload_findings(keys: &Keys, workload: &Workload) -> Vec<Finding> {
     super::workload(keys, workload, &mut Patterns::default())
 }
-use crate::watch::{PodTemplate, WorkloadKey, WorkloadKind};
+use crate::watch::{PodTemplate, WorkloadKind};
 
 fn map(pairs: &[(&str, &str)]) -> Annotations {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -11,16 +11,10 @@ fn map(pairs: &[(&str, &str)]) -> Annotations {
 
 fn workload_with(meta: &[(&str, &str)], template: &[(&str, &str)]) -> Workload {
     Workload {
-        key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
         uid: "u".into(),
-        resource_version: "1".into(),
         annotations: map(meta),
         template: PodTemplate { annotations: map(template), ..Default::default() },
-        paused: false,
-        generation: 1,
-        rolled_out: true,
-        raw: None,
-        workload_ref: None,
+        ..Workload::test(WorkloadKind::Deployment, "ns", "web")
     }
 }
 

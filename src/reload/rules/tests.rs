@@ -50,18 +50,12 @@ fn explain_agrees(
     template: &PodTemplate,
 ) {
     use crate::reload::explain;
-    use crate::watch::{ResourceKey, Store, Workload, WorkloadKey, WorkloadKind};
+    use crate::watch::{ResourceKey, Store, Workload, WorkloadKind};
     let workload = Workload {
-        key: WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() },
         uid: "u".into(),
-        resource_version: "1".into(),
         annotations: metadata.clone(),
         template: template.clone(),
-        paused: false,
-        generation: 1,
-        rolled_out: true,
-        raw: None,
-        workload_ref: None,
+        ..Workload::test(WorkloadKind::Deployment, "ns", "web")
     };
     let engine = Rules::new(keys.clone(), options.clone()).evaluate(kind, name, state, &workload);
     let (store, writer) = Store::new(keys.explicit_keys());
