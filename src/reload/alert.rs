@@ -11,12 +11,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use backon::{ExponentialBuilder, Retryable};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::reload::Metrics;
+use crate::reload::api::causes;
 use crate::watch::{ResourceKey, WorkloadKey};
 
 /// Alerts waiting to be sent at most; beyond that a new one is dropped (and counted).
@@ -199,52 +201,50 @@ pub async fn run_sender(
     }
 }
 
-/// POST `body`, retrying connection errors and 5xx answers with backoff; `accepted` judges
-/// the final status. The error says what the last attempt got.
+/// Why a POST to an alert sink or a webhook failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// An answer neither accepted nor a server error: not retried.
+    #[error("status {0}")]
+    Refused(reqwest::StatusCode),
+    #[error("status {0} (after {ATTEMPTS} attempts)")]
+    ServerError(reqwest::StatusCode),
+    /// The origin only: a Slack or Teams webhook URL carries its token in the path.
+    #[error("request to {origin} failed: {cause} (after {ATTEMPTS} attempts)")]
+    Unreachable { origin: String, cause: String },
+}
+
+/// POST `body`, retrying connection errors and 5xx answers with a jittered backoff; `accepted`
+/// judges the final status. The error says what the last attempt got.
+///
+/// # Errors
+/// The last attempt's answer or failure, see [`PostError`].
 pub async fn post(
     client: &reqwest::Client,
     url: &reqwest::Url,
     content_type: &str,
     body: Vec<u8>,
     accepted: impl Fn(reqwest::StatusCode) -> bool,
-) -> Result<(), String> {
-    let mut last = String::new();
-    for attempt in 0..ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(RETRY_BASE * 2u32.pow(attempt - 1)).await;
-        }
+) -> Result<(), PostError> {
+    let attempt = || async {
         let request = client
             .post(url.clone())
             .timeout(REQUEST_TIMEOUT)
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body.clone());
         match request.send().await {
-            Ok(response) if accepted(response.status()) => return Ok(()),
-            Ok(response) if response.status().is_server_error() => last = format!("status {}", response.status()),
-            Ok(response) => return Err(format!("status {}", response.status())),
-            // Without the URL: a Slack or Teams webhook URL carries its token in the path.
-            Err(err) => {
-                last = format!(
-                    "request to {} failed: {}",
-                    url.origin().ascii_serialization(),
-                    error_chain(&err.without_url())
-                )
-            }
+            Ok(response) if accepted(response.status()) => Ok(()),
+            Ok(response) if response.status().is_server_error() => Err(PostError::ServerError(response.status())),
+            Ok(response) => Err(PostError::Refused(response.status())),
+            Err(err) => Err(PostError::Unreachable {
+                origin: url.origin().ascii_serialization(),
+                cause: causes(&err.without_url()),
+            }),
         }
-    }
-    Err(format!("{last} (after {ATTEMPTS} attempts)"))
-}
-
-/// An error and its causes on one line (reqwest's own text stops at "error sending request").
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    };
+    let backoff =
+        ExponentialBuilder::new().with_min_delay(RETRY_BASE).with_jitter().with_max_times(ATTEMPTS as usize - 1);
+    attempt.retry(backoff).sleep(tokio::time::sleep).when(|e| !matches!(e, PostError::Refused(_))).await
 }
 
 /// An HTTP client for alerts and webhooks: no redirects (as Reloader), an optional proxy.

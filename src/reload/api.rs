@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 /// The field manager of every write, Reloader's.
 pub const FIELD_MANAGER: &str = "Reloader";
 /// How long one call may take before it counts as failed.
@@ -11,9 +13,18 @@ pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(10);
 const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// The one backoff rule for retries: doubling from 200 ms, capped at a minute.
+/// The one backoff rule for retries: doubling from 200 ms, capped at a minute, plus a random
+/// part of up to as much again, so that retries which failed together (an API server outage)
+/// do not all come back in the same instant.
 pub(crate) fn retry_delay(attempt: u32) -> Duration {
-    RETRY_BASE.saturating_mul(1u32 << attempt.min(16)).min(RETRY_MAX)
+    ExponentialBuilder::new()
+        .with_min_delay(RETRY_BASE)
+        .with_max_delay(RETRY_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(attempt.min(16) as usize)
+        .unwrap_or(RETRY_MAX)
 }
 
 /// `call`, or an error once the API timeout has passed.
@@ -42,9 +53,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retry_delay_doubles_and_caps() {
-        assert_eq!(retry_delay(1), Duration::from_millis(400));
-        assert_eq!(retry_delay(2), Duration::from_millis(800));
-        assert_eq!(retry_delay(30), RETRY_MAX);
+    fn retry_delay_doubles_and_caps_with_a_random_part() {
+        let within = |attempt, base: Duration| {
+            let delays: Vec<Duration> = (0..50).map(|_| retry_delay(attempt)).collect();
+            assert!(delays.iter().all(|d| *d >= base && *d < base * 2), "{attempt}: {delays:?}");
+            assert!(delays.iter().any(|d| *d != delays[0]), "{attempt}: no random part: {delays:?}");
+        };
+        within(1, Duration::from_millis(400));
+        within(2, Duration::from_millis(800));
+        within(30, RETRY_MAX);
     }
 }

@@ -658,7 +658,7 @@ impl Engine {
         &mut self,
         workload: &Workload,
         sources: &[(ResourceKey, crate::watch::DataHash)],
-        result: crate::reload::write::WriteResult,
+        result: crate::reload::write::WriteOutcome,
         took: Duration,
     ) -> WriteResult {
         // Recording nothing: orphaned variables removed at once.
@@ -725,7 +725,7 @@ impl Engine {
     }
 
     /// A resume is back.
-    fn resumed(&mut self, key: &WorkloadKey, result: crate::reload::write::WriteResult) {
+    fn resumed(&mut self, key: &WorkloadKey, result: crate::reload::write::WriteOutcome) {
         match result {
             Ok(Some(updated)) => {
                 info!(workload = %key, "pause period over; rollout resumed");

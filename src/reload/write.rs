@@ -52,11 +52,40 @@ pub(crate) struct Writes {
 
 /// The outcome of one write: the workload as written (`None` when it no longer exists), or
 /// why it failed (retried by the engine).
-pub(crate) type WriteResult = Result<Option<Workload>, String>;
+pub(crate) type WriteOutcome = Result<Option<Workload>, WriteError>;
+
+/// Why a write failed; its text goes into the log, the `ReloadFail` Event and the alert.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
+    #[error("{0} takes no strategic-merge patch")]
+    NoStrategicPatch(&'static str),
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("building the Job: {0}")]
+    BuildingJob(serde_json::Error),
+    #[error("reading the created Job: {0}")]
+    ReadingCreatedJob(serde_json::Error),
+    #[error("the Job was deleted but creating it again failed: {0}")]
+    JobNotCreatedAgain(kube::Error),
+    #[error("reading {key} to write it: {source}")]
+    Reading { key: WorkloadKey, source: kube::Error },
+    #[error("{0} has no template to write")]
+    NoTemplate(WorkloadKey),
+    #[error("the template of {key} is unreadable: {source}")]
+    Unreadable { key: WorkloadKey, source: serde_json::Error },
+    /// A change's POST to the webhook (`--webhook-url`), sent in place of writes.
+    #[error(transparent)]
+    Post(#[from] crate::reload::alert::PostError),
+    /// Never sent: the write (or POST) ended without an answer.
+    #[error("not sent")]
+    NotSent,
+}
 
 impl Writes {
     /// Write `patch` (from [`crate::reload::plan`]) onto `workload` the way its kind is written.
-    pub async fn write(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
+    pub async fn write(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteOutcome {
         let _out = self.out.enter();
         let call = async {
             match workload.key.kind.spec().write {
@@ -70,18 +99,18 @@ impl Writes {
             }
         };
         match tokio::time::timeout(API_TIMEOUT + RECREATE_PATIENCE, call).await {
-            Err(_) => Err(format!("timed out after {:?}", API_TIMEOUT + RECREATE_PATIENCE)),
+            Err(_) => Err(WriteError::TimedOut(API_TIMEOUT + RECREATE_PATIENCE)),
             Ok(result) => result,
         }
     }
 
     /// A strategic-merge PATCH (also the pause and resume of Deployments).
-    pub async fn strategic_patch(&self, key: &WorkloadKey, patch: &Value) -> WriteResult {
+    pub async fn strategic_patch(&self, key: &WorkloadKey, patch: &Value) -> WriteOutcome {
         let result = match key.kind {
             WorkloadKind::Deployment => self.patch_as::<SlimDeployment>(key, patch).await,
             WorkloadKind::DaemonSet => self.patch_as::<SlimDaemonSet>(key, patch).await,
             WorkloadKind::StatefulSet => self.patch_as::<SlimStatefulSet>(key, patch).await,
-            other => return Err(format!("{} takes no strategic-merge patch", other.kind())),
+            other => return Err(WriteError::NoStrategicPatch(other.kind())),
         };
         gone_is_none(result)
     }
@@ -104,7 +133,7 @@ impl Writes {
     ///
     /// A Rollout running a Deployment's template (`workloadRef`) has no template to write: it is
     /// restarted, and the record goes on its metadata (Reloader #1090).
-    async fn merge_patch(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteResult {
+    async fn merge_patch(&self, workload: &Workload, patch: &Value, now: jiff::Timestamp) -> WriteOutcome {
         let mut body = json!({ "metadata": { "resourceVersion": workload.resource_version } });
         if let Some(annotations) = patch.pointer("/metadata/annotations") {
             body["metadata"]["annotations"] = annotations.clone();
@@ -141,7 +170,7 @@ impl Writes {
     /// A Job from the CronJob's job template, as Reloader creates it, named after the change
     /// so that a replay finds it there (`AlreadyExists`) instead of creating a second one.
     /// Then the CronJob's metadata records the hash; its spec is never touched.
-    async fn create_job(&self, cronjob: &Workload, patch: &Value) -> WriteResult {
+    async fn create_job(&self, cronjob: &Workload, patch: &Value) -> WriteOutcome {
         let job_template = self.raw_of(cronjob).await?;
         let mut spec = job_template["spec"].clone();
         if let Some(template) = patch.pointer("/spec/template") {
@@ -166,14 +195,14 @@ impl Writes {
             },
             "spec": spec
         });
-        let job: DynamicObject = serde_json::from_value(job).map_err(|e| format!("building the Job: {e}"))?;
+        let job: DynamicObject = serde_json::from_value(job).map_err(WriteError::BuildingJob)?;
         let jobs: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &cronjob.key.namespace, &WorkloadKind::Job.api_resource());
         match timed(jobs.create(&post_params(), &job)).await {
             Ok(_) => {}
             // Created by an earlier attempt at this same change: only the record is missing.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(err) => return Err(err.to_string()),
+            Err(err) => return Err(err.into()),
         }
         let record = json!({ "metadata": { "annotations": patch.pointer("/metadata/annotations") } });
         let api = self.raw_api(&cronjob.key);
@@ -184,7 +213,7 @@ impl Writes {
     /// `cronjob-reload-strategy: patch`: the reload goes into the CronJob's job template (the
     /// strategy's template patch, moved under `jobTemplate.spec`), with the metadata record in
     /// the same strategic-merge PATCH; no Job is created, the next scheduled one uses the data.
-    async fn patch_job_template(&self, cronjob: &Workload, patch: &Value) -> WriteResult {
+    async fn patch_job_template(&self, cronjob: &Workload, patch: &Value) -> WriteOutcome {
         let mut body = json!({ "metadata": patch.get("metadata").cloned().unwrap_or(Value::Null) });
         if let Some(template) = patch.pointer("/spec/template") {
             body["spec"] = json!({ "jobTemplate": { "spec": { "template": template } } });
@@ -197,7 +226,7 @@ impl Writes {
     /// A Job's template cannot change: delete it (only this very Job, by UID; its pods go in
     /// the background) and create it again under the same name with the new template, without
     /// what the API server fills in for one Job (uid, selector, the controller-uid labels).
-    async fn recreate(&self, job: &Workload, patch: &Value) -> WriteResult {
+    async fn recreate(&self, job: &Workload, patch: &Value) -> WriteOutcome {
         let stored = self.raw_of(job).await?;
         let mut spec = stored["spec"].clone();
         if let Some(spec) = spec.as_object_mut() {
@@ -231,7 +260,7 @@ impl Writes {
             },
             "spec": spec
         });
-        let copy: DynamicObject = serde_json::from_value(copy).map_err(|e| format!("building the Job: {e}"))?;
+        let copy: DynamicObject = serde_json::from_value(copy).map_err(WriteError::BuildingJob)?;
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &job.key.namespace, &WorkloadKind::Job.api_resource());
         let delete = DeleteParams {
@@ -242,7 +271,7 @@ impl Writes {
         match timed(api.delete(&job.key.name, &delete)).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-            Err(err) => return Err(err.to_string()),
+            Err(err) => return Err(err.into()),
         }
         // Deleted: from here on only a created copy keeps the Job, so creating it is retried
         // here while the old one's name is still taken, not left to a later change.
@@ -253,32 +282,32 @@ impl Writes {
                 Ok(created) => {
                     let raw: SlimRaw = serde_json::to_value(created)
                         .and_then(serde_json::from_value)
-                        .map_err(|e| format!("reading the created Job: {e}"))?;
+                        .map_err(WriteError::ReadingCreatedJob)?;
                     return Ok(self.compactor.compact_raw(WorkloadKind::Job, &raw));
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 && tokio::time::Instant::now() < deadline => {
                     attempt += 1;
                     tokio::time::sleep(retry_delay(attempt).min(Duration::from_secs(1))).await;
                 }
-                Err(err) => return Err(format!("the Job was deleted but creating it again failed: {err}")),
+                Err(err) => return Err(WriteError::JobNotCreatedAgain(err)),
             }
         }
     }
 
     /// What the write of `workload` needs beyond the slim view: as stored, or, for an object
     /// too large to keep ([`crate::watch::RAW_LIMIT`]), read now (one GET for such a write).
-    async fn raw_of(&self, workload: &Workload) -> Result<Value, String> {
+    async fn raw_of(&self, workload: &Workload) -> Result<Value, WriteError> {
         let raw = match &workload.raw {
             Some(raw) => raw.to_string(),
             None => {
                 let object = timed(self.raw_api(&workload.key).get(&workload.key.name))
                     .await
-                    .map_err(|e| format!("reading {} to write it: {e}", workload.key))?;
+                    .map_err(|source| WriteError::Reading { key: workload.key.clone(), source })?;
                 Compactor::raw_of(workload.key.kind, &object)
-                    .ok_or_else(|| format!("{} has no template to write", workload.key))?
+                    .ok_or_else(|| WriteError::NoTemplate(workload.key.clone()))?
             }
         };
-        serde_json::from_str(&raw).map_err(|e| format!("the template of {} is unreadable: {e}", workload.key))
+        serde_json::from_str(&raw).map_err(|source| WriteError::Unreadable { key: workload.key.clone(), source })
     }
 
     fn raw_api(&self, key: &WorkloadKey) -> Api<SlimRaw> {
@@ -321,11 +350,11 @@ fn post_params() -> PostParams {
 }
 
 /// A 404 means the workload is gone: nothing to write, nothing to retry.
-fn gone_is_none(result: Result<Option<Workload>, kube::Error>) -> WriteResult {
+fn gone_is_none(result: Result<Option<Workload>, kube::Error>) -> WriteOutcome {
     match result {
         Ok(updated) => Ok(updated),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-        Err(err) => Err(err.to_string()),
+        Err(err) => Err(err.into()),
     }
 }
 

@@ -74,7 +74,7 @@ impl Engine {
 
     /// A removal alone is back: `reloader_orphaned_env_var_removals_total`, our own version
     /// of the workload, and an Event (not a reload: no reload metric or alert).
-    pub(super) fn removed(&mut self, workload: &Workload, result: crate::reload::write::WriteResult) -> WriteResult {
+    pub(super) fn removed(&mut self, workload: &Workload, result: crate::reload::write::WriteOutcome) -> WriteResult {
         let kind = workload.key.kind.kind();
         match result {
             Ok(Some(updated)) => {

@@ -30,7 +30,7 @@ use super::queue::Queued;
 use super::{Engine, Outcome, Transition};
 use crate::reload::alert;
 use crate::reload::checkpoint::{ShortHash, short};
-use crate::reload::write::{WriteResult, Writes};
+use crate::reload::write::{WriteError, WriteOutcome, Writes};
 use crate::watch::{Change, DataHash, ResourceKey, Workload, WorkloadKey};
 
 /// Changes taken from the watches' channel ahead of the engine, at most (the channel's own
@@ -89,7 +89,7 @@ pub(super) enum Purpose {
 pub(super) struct Landed {
     purpose: Purpose,
     writes: Vec<PlannedWrite>,
-    results: Vec<(crate::reload::write::WriteResult, Duration)>,
+    results: Vec<(crate::reload::write::WriteOutcome, Duration)>,
 }
 
 /// The writes in flight and what they claim.
@@ -267,7 +267,7 @@ impl Engine {
                 let started = Instant::now();
                 let sent =
                     alert::post(&webhook.client, &webhook.url, "application/json", body, |s| s.is_success()).await;
-                let result = sent.map(|()| None);
+                let result = sent.map(|()| None).map_err(WriteError::from);
                 Landed {
                     purpose: Purpose::Post(flight, workloads),
                     writes: Vec::new(),
@@ -293,7 +293,7 @@ impl Engine {
             }
         }
         let mut results =
-            results.into_iter().chain(std::iter::repeat_with(|| (Err("not sent".to_string()), Duration::ZERO)));
+            results.into_iter().chain(std::iter::repeat_with(|| (Err(WriteError::NotSent), Duration::ZERO)));
         let flight = match purpose {
             Purpose::Change(flight) => flight,
             // One write: the workload's.
@@ -329,7 +329,7 @@ impl Engine {
     }
 
     /// A change's POST to the webhook is back.
-    fn posted(&mut self, flight: &Flight, workloads: usize, sent: Option<(WriteResult, Duration)>) -> Outcome {
+    fn posted(&mut self, flight: &Flight, workloads: usize, sent: Option<(WriteOutcome, Duration)>) -> Outcome {
         match sent {
             Some((Ok(_), _)) => {
                 self.metrics.action.with_label_values(&["webhook", "success"]).inc();
@@ -340,7 +340,7 @@ impl Engine {
             failed => {
                 self.metrics.action.with_label_values(&["webhook", "error"]).inc();
                 self.metrics.errors.with_label_values(&["webhook_send"]).inc();
-                let error = failed.map(|(r, _)| r.err().unwrap_or_default()).unwrap_or_default();
+                let error = failed.and_then(|(r, _)| r.err()).unwrap_or(WriteError::NotSent);
                 warn!(error = %error, "sending the change to the webhook failed; will retry");
                 Outcome::Failed
             }
@@ -406,7 +406,7 @@ async fn send_all(
     planned: &[PlannedWrite],
     span: &tracing::Span,
     permits: &Semaphore,
-) -> Vec<(crate::reload::write::WriteResult, Duration)> {
+) -> Vec<(crate::reload::write::WriteOutcome, Duration)> {
     let mut chains: Vec<Vec<usize>> = Vec::new();
     let mut chain_of: HashMap<&WorkloadKey, usize> = HashMap::new();
     for (i, write) in planned.iter().enumerate() {
@@ -430,7 +430,7 @@ async fn send_all(
         out
     }))
     .await;
-    let mut flat: Vec<(usize, crate::reload::write::WriteResult, Duration)> = sent.into_iter().flatten().collect();
+    let mut flat: Vec<(usize, crate::reload::write::WriteOutcome, Duration)> = sent.into_iter().flatten().collect();
     flat.sort_by_key(|(i, _, _)| *i);
     flat.into_iter().map(|(_, result, took)| (result, took)).collect()
 }

@@ -1,5 +1,5 @@
-//! The retry book: resources whose change failed, each waiting for its next try with a doubling
-//! backoff ([`retry_delay`]), and the attempts of failed deferred writes per workload.
+//! The retry book: resources whose change failed, each waiting for its next try with a doubling,
+//! jittered backoff ([`retry_delay`]), and the attempts of failed deferred writes per workload.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -80,24 +80,30 @@ mod tests {
         ResourceKey { kind: ResourceKind::ConfigMap, namespace: "ns".into(), name: name.into() }
     }
 
+    /// `delay` is `base` plus its random part (less than `base` again).
+    fn about(delay: Duration, base_ms: u64) -> bool {
+        let base = Duration::from_millis(base_ms);
+        delay >= base && delay < base * 2
+    }
+
     #[tokio::test(start_paused = true)]
     async fn each_failure_doubles_the_wait_and_a_success_starts_over() {
         let mut retries = Retries::default();
-        assert_eq!(retries.failed(cm("a")), Duration::from_millis(400));
+        assert!(about(retries.failed(cm("a")), 400));
         assert_eq!(retries.next_due().await, Some(cm("a")));
         assert!(!retries.is_waiting());
-        assert_eq!(retries.failed(cm("a")), Duration::from_millis(800), "a second failure waits longer");
+        assert!(about(retries.failed(cm("a")), 800), "a second failure waits longer");
         retries.clear(&cm("a"));
         assert!(!retries.is_waiting(), "a success takes it out");
-        assert_eq!(retries.failed(cm("a")), Duration::from_millis(400), "and the next failure starts over");
+        assert!(about(retries.failed(cm("a")), 400), "and the next failure starts over");
     }
 
     #[tokio::test(start_paused = true)]
     async fn resources_come_due_in_the_order_of_their_waits() {
         let mut retries = Retries::default();
         retries.failed(cm("slow"));
-        retries.failed(cm("slow")); // 800 ms
-        retries.failed(cm("fast")); // 400 ms
+        retries.failed(cm("slow")); // 800-1600 ms
+        retries.failed(cm("fast")); // 400-800 ms
         assert_eq!(retries.next_due().await, Some(cm("fast")));
         assert_eq!(retries.next_due().await, Some(cm("slow")));
         assert_eq!(retries.next_due().await, None);
@@ -107,9 +113,9 @@ mod tests {
     fn failed_writes_back_off_per_workload() {
         let mut retries = Retries::default();
         let web = WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: "web".into() };
-        assert_eq!(retries.write_failed(&web), Duration::from_millis(400));
-        assert_eq!(retries.write_failed(&web), Duration::from_millis(800));
+        assert!(about(retries.write_failed(&web), 400));
+        assert!(about(retries.write_failed(&web), 800));
         retries.write_done(&web);
-        assert_eq!(retries.write_failed(&web), Duration::from_millis(400));
+        assert!(about(retries.write_failed(&web), 400));
     }
 }
