@@ -71,33 +71,6 @@ pub struct ResponseBytes {
     pub others: IntCounter,
 }
 
-/// A client to the API server named by the kubeconfig (`$KUBECONFIG`, `~/.kube/config`) or,
-/// in a pod, its ServiceAccount; every call counted by `api_calls`, and `shardSelector` added
-/// to the watches `server_shards` names.
-///
-/// # Errors
-/// When no configuration is found or its TLS or auth settings cannot be used.
-pub async fn connect(
-    settings: &crate::cli::ClientSettings,
-    api_calls: &crate::admin::ApiCalls,
-    server_shards: &crate::watch::ServerShards,
-) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::infer()
-        .await
-        .context("cannot build a Kubernetes client config from the kubeconfig or in-cluster config")?;
-    let outer = ServiceBuilder::new().layer(api_calls.layer()).layer(server_shards.layer()).into_inner();
-    let settings = Settings {
-        http2: settings.http2,
-        rate: settings.rate,
-        response_bytes: ResponseBytes {
-            watches: api_calls.response_bytes(true),
-            others: api_calls.response_bytes(false),
-        },
-        streams_per_connection: api_calls.streams_per_connection(),
-    };
-    build(&config, settings, outer).await.context("cannot build a Kubernetes client")
-}
-
 /// A client over `config`, with `outer` around everything (it sees each request once, before
 /// kube's retries). Each connection carries as many requests as the API server allows on one
 /// (read from it first, see [`server_stream_limit`]).
@@ -147,6 +120,12 @@ where
         .service(connections);
     let service = outer.layer(tower::util::BoxService::new(kube_layers));
     Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+/// Whether a request's query asks for a watch (`watch=true` or `watch=1`): such a request stays
+/// open, which both the connection it is sent on and the API call count must know.
+pub fn is_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -264,7 +243,7 @@ impl Service<Request<Body>> for Connections {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let watch = crate::admin::is_watch(request.uri().query());
+        let watch = is_watch(request.uri().query());
         let (client, open) = if watch { self.0.watches.take() } else { self.0.requests.take() };
         let bytes = if watch { self.0.bytes.watches.clone() } else { self.0.bytes.others.clone() };
         let limiter = self.0.limiter.clone();

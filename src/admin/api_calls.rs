@@ -5,6 +5,8 @@ use http::{Method, Request};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use tower::util::MapRequestLayer;
 
+use crate::client::is_watch;
+
 /// `reloader_api_requests_total{verb, resource}`; verbs are Kubernetes verbs (get, list,
 /// watch, create, update, patch, delete). And `reloader_api_response_bytes_total{request}`:
 /// the body bytes received, for watches and for other requests, so that what server-side
@@ -58,12 +60,6 @@ impl ApiCalls {
             req
         })
     }
-}
-
-/// Whether a request's query asks for a watch (`watch=true` or `watch=1`): such a request stays
-/// open, which both this count and the client's connection choice must know.
-pub fn is_watch(query: Option<&str>) -> bool {
-    query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
 /// Kubernetes verb and resource of a request path such as

@@ -14,7 +14,7 @@ mod listener;
 mod pprof;
 mod router;
 
-pub use api_calls::{ApiCalls, is_watch};
+pub use api_calls::ApiCalls;
 pub use explain::ExplainSettings;
 pub use fleet::FleetView;
 pub use pprof::{pprof_router, serve_pprof};

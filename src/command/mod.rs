@@ -27,10 +27,7 @@ pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
                 json: output == "json",
                 keys: reload.keys.clone(),
                 options: crate::reload::Options { auto_reload_all: reload.auto_reload_all },
-                scope: crate::reload::explain::Scope {
-                    orphaned_env_vars: reload.orphaned_env_vars,
-                    ..watched.scope(reload.strategy)
-                },
+                scope: watched.scope(reload),
                 compactor: compactor(&settings),
                 filter: &settings.watch.filter,
                 scoped_namespaces: settings.watch.scoped_namespaces.as_deref(),

@@ -5,8 +5,7 @@ use kube::Client;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::WatchSettings;
-use crate::reload::Strategy;
+use crate::cli::{ReloadSettings, WatchSettings};
 use crate::reload::explain::Scope;
 use crate::watch::access::{self, Collection};
 use crate::watch::{ResourceKind, WorkloadKind};
@@ -36,14 +35,15 @@ impl Watched {
         .collect()
     }
 
-    /// What explain decides with.
-    pub fn scope(&self, strategy: Strategy) -> Scope {
+    /// What explain decides with: these kinds and the reload settings that change a
+    /// decision. The one place a scope is made, for `/explain` and `reloader explain` alike.
+    pub fn scope(&self, reload: &ReloadSettings) -> Scope {
         Scope {
-            strategy,
+            strategy: reload.strategy,
             kinds: self.workload_kinds.clone(),
             resources: self.resources(),
-            damping: None,
-            orphaned_env_vars: Default::default(),
+            damping: reload.pacing.flap_damping,
+            orphaned_env_vars: reload.orphaned_env_vars,
         }
     }
 

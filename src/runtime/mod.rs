@@ -30,7 +30,6 @@ pub use discovery::{Watched, discover};
 pub use places::fleet_namespace;
 
 use crate::cli::Settings;
-use crate::reload::explain::Scope;
 use crate::reload::{self, Options};
 use crate::shard::{Placement, Ring};
 use crate::{admin, client, lease, watch};
@@ -61,7 +60,21 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<Connection> {
     let state = admin::AdminState::default();
     let api_calls = admin::ApiCalls::register(&state.registry).context("registering API call metrics")?;
     let server_shards = watch::ServerShards::default();
-    let client = client::connect(&settings.client, &api_calls, &server_shards).await?;
+    let config = kube::Config::infer()
+        .await
+        .context("cannot build a Kubernetes client config from the kubeconfig or in-cluster config")?;
+    // Every call counted, and `shardSelector` added to the watches the server filters.
+    let outer = tower::ServiceBuilder::new().layer(api_calls.layer()).layer(server_shards.layer()).into_inner();
+    let client_settings = client::Settings {
+        http2: settings.client.http2,
+        rate: settings.client.rate,
+        response_bytes: client::ResponseBytes {
+            watches: api_calls.response_bytes(true),
+            others: api_calls.response_bytes(false),
+        },
+        streams_per_connection: api_calls.streams_per_connection(),
+    };
+    let client = client::build(&config, client_settings, outer).await.context("cannot build a Kubernetes client")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     info!(version = %version.git_version, "connected to the Kubernetes API server");
     let fleet = &settings.fleet;
@@ -167,11 +180,7 @@ impl Runtime {
             explain: admin::ExplainSettings {
                 keys: engine_config.keys.clone(),
                 options: engine_config.options.clone(),
-                scope: Scope {
-                    damping: engine_config.pacing.flap_damping,
-                    orphaned_env_vars: engine_config.orphaned_env_vars,
-                    ..watched.scope(engine_config.strategy)
-                },
+                scope: watched.scope(&settings.reload),
                 damped: damped.clone(),
             },
         }));
