@@ -32,15 +32,14 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 /// Requests open at once on one HTTP/2 connection, at most, when the server's own limit could
 /// not be read: below the 100 streams kube-apiserver allows on one unless
 /// `--http2-max-streams-per-connection` says otherwise. A request past the server's limit waits,
-/// unsent and silent (hyper holds it), for a stream that a watch holds for good. Measured: with
-/// 200 a connection, namespace-scoped watches at 2,000 namespaces got half their events.
+/// unsent and silent (hyper holds it), for a stream that a watch holds for good: with 200 a
+/// connection, namespace-scoped watches lost events (docs/performance.md, "Behind the code").
 pub const STREAMS_PER_CONNECTION: usize = 90;
 /// Requests other than watches open at once on one connection, at most: a burst of writes
-/// (a fan-out's 64) spreads over a few connections. Measured (`loadtest/fanout`, 200
-/// Deployments, 64 writes in flight): all 64 on one connection took 1.5-1.9x as long as the
-/// same PATCHes sent by the load test driver over HTTP/1.1, 16 a connection 0.9-1.6x, about
-/// what HTTP/1.1 takes here; kube-apiserver serves each HTTP/2 connection's frames from one
-/// goroutine, which on a busy server waits its turn like any other.
+/// (a fan-out's 64) spreads over a few connections. kube-apiserver serves each HTTP/2
+/// connection's frames from one goroutine, which on a busy server waits its turn like any
+/// other, so 64 PATCHes on one connection took longer than over HTTP/1.1, and 16 a connection
+/// about as long (`loadtest/fanout`; docs/performance.md, "Behind the code").
 const REQUEST_STREAMS_PER_CONNECTION: usize = 16;
 /// Streams left unused below the server's limit: a stream closed here is counted free a moment
 /// before the server (and h2) count it closed.

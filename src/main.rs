@@ -5,15 +5,13 @@ use reloader_fleet::cli::{self, Logging};
 use reloader_fleet::command;
 use reloader_fleet::runtime::Runtime;
 
-/// jemalloc gives freed pages back to the system on its own (after ten seconds): under glibc's
-/// allocator what the first lists freed stayed resident, 14 MiB at 10,000 namespaces (RSS 77.8
-/// against 63.2 MiB). mimalloc, tried too, held 91 MiB. `.cargo/config.toml` builds it with one
-/// arena instead of four per core (`narenas:1`): each arena keeps pages of its own, and this
-/// controller's few threads gain nothing from more (10,000 namespaces server-sharded: 59.4-59.8
-/// MiB in 4 of 5 runs against 61.7-65.5, the same latency), and gives freed pages back after one
-/// second instead of ten (`dirty_decay_ms:1000`): what a burst of updates left behind is gone
-/// by the next scrape (10,000 namespaces, 5 s after 300 updates: 68.5-68.8 against 71.6-72.4
-/// MiB, the same CPU). `_RJEM_MALLOC_CONF` overrides it.
+/// jemalloc gives freed pages back to the system on its own, where under glibc's allocator what
+/// the first lists freed stayed resident (mimalloc, tried too, held more). `.cargo/config.toml`
+/// builds it with one arena instead of four per core (`narenas:1`): each arena keeps pages of
+/// its own, and this controller's few threads gain nothing from more; and it gives freed pages
+/// back after one second instead of ten (`dirty_decay_ms:1000`), so what a burst of updates left
+/// behind is gone by the next scrape. Figures: docs/performance.md, "Behind the code".
+/// `_RJEM_MALLOC_CONF` overrides it.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -334,8 +334,8 @@ pub async fn run(
 const CONCURRENT_LISTS: usize = 32;
 
 /// Initial lists running at once for the hot standby. Its lists are no hurry, and 32 of them at
-/// once (a shard of 125 namespaces is 875 watches) kept the API server busy enough that writes
-/// waited behind them: p50 52-65 ms instead of 5-6 for updates right after a departure.
+/// once kept the API server busy enough that the writes of updates right after a departure
+/// waited behind them (figures: docs/performance.md, "Behind the code").
 pub(super) const BACKGROUND_LISTS: usize = 4;
 
 struct WatchTask {
@@ -376,7 +376,7 @@ struct Out {
 #[derive(Default)]
 struct Namespaces {
     /// Every namespace seen, and whether its labels pass the namespace filter (the labels
-    /// themselves are not kept: a map of them per namespace was 6 MiB at 10,000 namespaces).
+    /// themselves are not kept: a map of them per namespace grows with every namespace).
     labelled: HashMap<String, bool>,
     selected: HashSet<String>,
     /// Namespaces that joined the selection while the watches relist to load them.

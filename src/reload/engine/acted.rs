@@ -12,7 +12,7 @@ use crate::watch::{ResourceKey, ResourceMap, Store};
 
 /// The checkpoint's content of every active shard. A shard's map is shared with a save in
 /// flight and copied only if the engine changes it meanwhile (a save of every shard used to
-/// copy every map and every baseline at once: 10 MiB at 10,000 namespaces).
+/// copy every map and every baseline at once).
 pub(super) struct Acted {
     ring: Arc<Ring>,
     shards: HashMap<u32, Arc<ShardMap>>,

@@ -135,7 +135,7 @@ pub async fn run(
                     lint.check_workload(&key);
                     if due.is_empty() {
                         // The start queues every annotated workload: give back what that took
-                        // (the queue keeps its slots, 2.9 MiB for 20,000 workloads).
+                        // (the queue keeps its slots, a few hundred bytes a workload).
                         due = DelayQueue::new();
                         queued.shrink_to_fit();
                     }

@@ -5,7 +5,8 @@
 //! expressions are compiled with a size limit each, and kept with their search cache in a
 //! least-recently-used cache of [`BUDGET`] bytes, counted from what the engine reports; a list
 //! is read up to [`PER_LIST`] of them. So no workload's annotation, however long or clever, can
-//! take the controller's memory (1,300 entries like `\pL{10}a0` took it from 30 to 686 MiB).
+//! take the controller's memory, as one annotation of short, expensive entries like `\pL{10}a0`
+//! did before (issue 49; docs/security.md).
 
 use std::collections::HashMap;
 
@@ -232,8 +233,8 @@ mod tests {
         assert!(patterns.refused(&names.join(",")).is_empty(), "names do not count against the limit");
     }
 
-    /// Issue 49: 1,300 entries like `\pL{10}a0` (485 KB compiled each) in one annotation took
-    /// the controller from 30 to 686 MiB. Such an entry is past the size an entry may take;
+    /// Issue 49: 1,300 entries like `\pL{10}a0` in one annotation. Such an entry is past the size
+    /// an entry may take;
     /// entries that fit (`\pL`, 50 KB with its cache) are kept within the budget however many
     /// lists hold them, and past 64 a list compiles nothing more.
     #[test]

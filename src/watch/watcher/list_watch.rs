@@ -1,9 +1,9 @@
 //! List, then watch, as kube's `watcher` does: the same events (`Init`, `InitApply`...,
 //! `InitDone`, then `Apply` and `Delete`), the same errors and recovery (a watch that ends resumes
 //! from its last resourceVersion, `410 Gone` lists again) and the same `watcher::Config`. What
-//! differs is memory: kube reads each watch through a line reader that keeps 8 KiB for good, 109
-//! MiB for the 14,000 watches of namespace-scoped mode at 2,000 namespaces; here a watch holds a
-//! buffer only while a line is incomplete.
+//! differs is memory: kube reads each watch through a line reader that keeps 8 KiB for good,
+//! which thousands of namespace-scoped watches multiply (docs/performance.md, "Behind the
+//! code"); here a watch holds a buffer only while a line is incomplete.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;

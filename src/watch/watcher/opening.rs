@@ -136,7 +136,8 @@ impl WatchTask {
         info!(gained = ?gained, "gained shards; watching their ranges alone, the other watches run on");
         // A group's list is one LIST from the watch cache, held whole, for a handoff's few
         // shards; a gain of more than a MAX_GROUP_SHARE-th of the ring is listed streamed,
-        // object by object (one LIST of every shard at 50,000 namespaces took 1.9 GiB).
+        // object by object (one LIST of every shard of a large cluster is held whole in memory
+        // until it is read: docs/performance.md, "Behind the code").
         let few = gained.len() * MAX_GROUP_SHARE <= self.config.ring.shards() as usize;
         let configs = self.configs(Some((&marker, few)));
         let background = gained.is_subset(&self.shards.background);

@@ -29,8 +29,8 @@ pub(super) fn list_config(streaming: bool) -> watcher::Config {
 /// A LIST answered from the watch cache at once (resourceVersion 0, so no limit: kube drops
 /// the 0 from a paged LIST), for the lists of what a running replica gains: a few shards'
 /// objects, or one namespace's. Paged, each page was a consistent read that first waited for
-/// the cache to be known fresh, one round trip after another: a handoff's heir listed 1,120
-/// ConfigMaps in four pages, 0.9 s on a busy API server that answered other LISTs in 50 ms.
+/// the cache to be known fresh, one round trip after another, so a handoff's heir waited many
+/// times a LIST's time (docs/performance.md, "Behind the code").
 pub(super) fn cached_list_config() -> watcher::Config {
     let mut config = watcher::Config::default().any_semantic();
     config.page_size = None;
