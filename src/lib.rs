@@ -17,6 +17,7 @@ pub mod cli;
 pub mod client;
 pub mod command;
 pub mod lease;
+pub mod metrics;
 pub mod reload;
 pub mod runtime;
 pub mod shard;

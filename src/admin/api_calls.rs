@@ -6,6 +6,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use tower::util::MapRequestLayer;
 
 use crate::client::is_watch;
+use crate::metrics::registered;
 
 /// `reloader_api_requests_total{verb, resource}`; verbs are Kubernetes verbs (get, list,
 /// watch, create, update, patch, delete). And `reloader_api_response_bytes_total{request}`:
@@ -23,21 +24,27 @@ impl ApiCalls {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let requests = IntCounterVec::new(
-            Opts::new("reloader_api_requests_total", "Kubernetes API requests sent, by verb and resource"),
-            &["verb", "resource"],
+        let requests = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_api_requests_total", "Kubernetes API requests sent, by verb and resource"),
+                &["verb", "resource"],
+            ),
         )?;
-        registry.register(Box::new(requests.clone()))?;
-        let response_bytes = IntCounterVec::new(
-            Opts::new("reloader_api_response_bytes_total", "Response body bytes received from the Kubernetes API"),
-            &["request"],
+        let response_bytes = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_api_response_bytes_total", "Response body bytes received from the Kubernetes API"),
+                &["request"],
+            ),
         )?;
-        registry.register(Box::new(response_bytes.clone()))?;
-        let streams_per_connection = IntGauge::new(
-            "reloader_api_streams_per_connection",
-            "Requests kept open on one HTTP/2 connection to the Kubernetes API, at most",
+        let streams_per_connection = registered(
+            registry,
+            IntGauge::new(
+                "reloader_api_streams_per_connection",
+                "Requests kept open on one HTTP/2 connection to the Kubernetes API, at most",
+            ),
         )?;
-        registry.register(Box::new(streams_per_connection.clone()))?;
         Ok(ApiCalls { requests, response_bytes, streams_per_connection })
     }
 

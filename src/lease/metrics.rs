@@ -1,5 +1,7 @@
 //! The lease room's metrics.
 
+use crate::metrics::registered;
+
 #[derive(Clone)]
 pub struct Metrics {
     /// `reloader_shards_held`: shards this replica acts on.
@@ -21,31 +23,40 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
-        let shards_held = prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on")?;
-        let shards_standby = prometheus::IntGauge::new(
-            "reloader_shards_standby",
-            "Shards this replica keeps loaded for when another replica leaves (--hot-standby)",
+        let shards_held =
+            registered(registry, prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on"))?;
+        let shards_standby = registered(
+            registry,
+            prometheus::IntGauge::new(
+                "reloader_shards_standby",
+                "Shards this replica keeps loaded for when another replica leaves (--hot-standby)",
+            ),
         )?;
-        let acquisitions = prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired")?;
-        let losses =
-            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on")?;
-        let handoff = prometheus::Histogram::with_opts(
-            prometheus::HistogramOpts::new(
-                "reloader_shard_handoff_seconds",
-                "From a Lease's last observed change to acquiring it",
-            )
-            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
+        let acquisitions = registered(
+            registry,
+            prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired"),
         )?;
-        registry.register(Box::new(shards_held.clone()))?;
-        registry.register(Box::new(shards_standby.clone()))?;
-        registry.register(Box::new(acquisitions.clone()))?;
-        registry.register(Box::new(losses.clone()))?;
-        registry.register(Box::new(handoff.clone()))?;
-        let refused_holders = prometheus::IntGauge::new(
-            "reloader_lease_holders_refused",
-            "Holders named in the fleet's Leases that are no pod of this controller's ServiceAccount",
+        let losses = registered(
+            registry,
+            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on"),
         )?;
-        registry.register(Box::new(refused_holders.clone()))?;
+        let handoff = registered(
+            registry,
+            prometheus::Histogram::with_opts(
+                prometheus::HistogramOpts::new(
+                    "reloader_shard_handoff_seconds",
+                    "From a Lease's last observed change to acquiring it",
+                )
+                .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
+            ),
+        )?;
+        let refused_holders = registered(
+            registry,
+            prometheus::IntGauge::new(
+                "reloader_lease_holders_refused",
+                "Holders named in the fleet's Leases that are no pod of this controller's ServiceAccount",
+            ),
+        )?;
         Ok(Metrics { shards_held, shards_standby, acquisitions, losses, handoff, refused_holders })
     }
 }

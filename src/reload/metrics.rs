@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+use tokio::time::Instant;
+
+use crate::metrics::registered;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -61,33 +62,41 @@ pub struct Changes {
 
 impl Changes {
     fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
-        let latency = Histogram::with_opts(
-            HistogramOpts::new(
-                "reloader_change_latency_seconds",
-                "From a change reaching the engine to its last write",
-            )
-            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        let latency = registered(
+            registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "reloader_change_latency_seconds",
+                    "From a change reaching the engine to its last write",
+                )
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            ),
         )?;
-        let wait = Histogram::with_opts(
-            HistogramOpts::new("reloader_change_queue_wait_seconds", "From a change queued to its decision")
-                .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+        let wait = registered(
+            registry,
+            Histogram::with_opts(
+                HistogramOpts::new("reloader_change_queue_wait_seconds", "From a change queued to its decision")
+                    .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            ),
         )?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(wait.clone()))?;
         let by_namespace = if by_namespace {
-            let depth = IntGaugeVec::new(
-                Opts::new("reloader_changes_queued", "Changes queued for a decision, by namespace"),
-                &["namespace"],
-            )?;
-            let waited = prometheus::GaugeVec::new(
-                Opts::new(
-                    "reloader_change_queue_wait_seconds_last",
-                    "How long the last change decided of a namespace with changes queued waited",
+            let depth = registered(
+                registry,
+                IntGaugeVec::new(
+                    Opts::new("reloader_changes_queued", "Changes queued for a decision, by namespace"),
+                    &["namespace"],
                 ),
-                &["namespace"],
             )?;
-            registry.register(Box::new(depth.clone()))?;
-            registry.register(Box::new(waited.clone()))?;
+            let waited = registered(
+                registry,
+                prometheus::GaugeVec::new(
+                    Opts::new(
+                        "reloader_change_queue_wait_seconds_last",
+                        "How long the last change decided of a namespace with changes queued waited",
+                    ),
+                    &["namespace"],
+                ),
+            )?;
             Some((depth, waited))
         } else {
             None
@@ -158,34 +167,47 @@ pub struct Checkpoints {
 
 impl Checkpoints {
     fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let saves = IntCounterVec::new(
-            Opts::new("reloader_checkpoint_saves_total", "Checkpoint saves, by result (written, unchanged, failed)"),
-            &["result"],
-        )?;
-        let bytes_sent = IntCounter::new("reloader_checkpoint_bytes_sent_total", "Request bytes of checkpoint writes")?;
-        let unsaved = IntGauge::new(
-            "reloader_checkpoint_unsaved_shards",
-            "Shards acted on whose last checkpoint save failed (a change made while no replica runs may be lost)",
-        )?;
-        let last_saved = IntGaugeVec::new(
-            Opts::new(
-                "reloader_checkpoint_last_saved_timestamp_seconds",
-                "When each shard's checkpoint was last saved",
+        let saves = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "reloader_checkpoint_saves_total",
+                    "Checkpoint saves, by result (written, unchanged, failed)",
+                ),
+                &["result"],
             ),
-            &["shard"],
         )?;
-        let stored_bytes = IntGaugeVec::new(
-            Opts::new(
-                "reloader_checkpoint_stored_bytes",
-                "Compressed bytes each shard's checkpoint takes in the cluster",
+        let bytes_sent = registered(
+            registry,
+            IntCounter::new("reloader_checkpoint_bytes_sent_total", "Request bytes of checkpoint writes"),
+        )?;
+        let unsaved = registered(
+            registry,
+            IntGauge::new(
+                "reloader_checkpoint_unsaved_shards",
+                "Shards acted on whose last checkpoint save failed (a change made while no replica runs may be lost)",
             ),
-            &["shard"],
         )?;
-        registry.register(Box::new(saves.clone()))?;
-        registry.register(Box::new(bytes_sent.clone()))?;
-        registry.register(Box::new(unsaved.clone()))?;
-        registry.register(Box::new(last_saved.clone()))?;
-        registry.register(Box::new(stored_bytes.clone()))?;
+        let last_saved = registered(
+            registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "reloader_checkpoint_last_saved_timestamp_seconds",
+                    "When each shard's checkpoint was last saved",
+                ),
+                &["shard"],
+            ),
+        )?;
+        let stored_bytes = registered(
+            registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "reloader_checkpoint_stored_bytes",
+                    "Compressed bytes each shard's checkpoint takes in the cluster",
+                ),
+                &["shard"],
+            ),
+        )?;
         Ok(Checkpoints { saves, bytes_sent, unsaved, last_saved, stored_bytes, status: CheckpointStatus::default() })
     }
 
@@ -321,32 +343,34 @@ pub struct Held {
 
 impl Held {
     fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
-            let gauge = IntGauge::new(name, help)?;
-            registry.register(Box::new(gauge.clone()))?;
-            Ok(gauge)
-        };
-        let damped_changes = IntCounter::new(
-            "reloader_damped_changes_total",
-            "Changes of resources changing too often, written with the flap damping window",
-        )?;
-        registry.register(Box::new(damped_changes.clone()))?;
-        let orphan_removals = IntCounterVec::new(
-            Opts::new(
-                "reloader_orphaned_env_var_removals_total",
-                "Writes of their own removing env vars of resources no longer referenced, by result",
+        let gauge = |name: &str, help: &str| registered(registry, IntGauge::new(name, help));
+        let damped_changes = registered(
+            registry,
+            IntCounter::new(
+                "reloader_damped_changes_total",
+                "Changes of resources changing too often, written with the flap damping window",
             ),
-            &["result"],
         )?;
-        registry.register(Box::new(orphan_removals.clone()))?;
-        let places_given_back = IntCounterVec::new(
-            Opts::new(
-                "reloader_rollout_places_given_back_total",
-                "Places among --max-concurrent-rollouts given back by rollouts that stalled or ran too long, by reason",
+        let orphan_removals = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "reloader_orphaned_env_var_removals_total",
+                    "Writes of their own removing env vars of resources no longer referenced, by result",
+                ),
+                &["result"],
             ),
-            &["reason"],
         )?;
-        registry.register(Box::new(places_given_back.clone()))?;
+        let places_given_back = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "reloader_rollout_places_given_back_total",
+                    "Places among --max-concurrent-rollouts given back by rollouts that stalled or ran too long, by reason",
+                ),
+                &["reason"],
+            ),
+        )?;
         Ok(Held {
             damped_changes,
             orphan_removals,
@@ -372,67 +396,81 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
-        let reload_executed = IntCounterVec::new(
-            Opts::new("reloader_reload_executed_total", "Counter of reloads executed by Reloader."),
-            &["success"],
+        let reload_executed = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_reload_executed_total", "Counter of reloads executed by Reloader."),
+                &["success"],
+            ),
         )?;
         let reload_executed_by_namespace = by_namespace
             .then(|| {
-                IntCounterVec::new(
-                    Opts::new(
-                        "reloader_reload_executed_total_by_namespace",
-                        "Counter of reloads executed by Reloader by namespace.",
+                registered(
+                    registry,
+                    IntCounterVec::new(
+                        Opts::new(
+                            "reloader_reload_executed_total_by_namespace",
+                            "Counter of reloads executed by Reloader by namespace.",
+                        ),
+                        &["success", "namespace"],
                     ),
-                    &["success", "namespace"],
                 )
             })
             .transpose()?;
-        let reconcile_total =
-            IntCounterVec::new(Opts::new("reloader_reconcile_total", "Changes processed, by result"), &["result"])?;
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new("reloader_reconcile_duration_seconds", "Time to process one change")
-                .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            &["result"],
+        let reconcile_total = registered(
+            registry,
+            IntCounterVec::new(Opts::new("reloader_reconcile_total", "Changes processed, by result"), &["result"]),
         )?;
-        let action = IntCounterVec::new(
-            Opts::new("reloader_action_total", "Workload writes, by kind and result"),
-            &["workload_kind", "result"],
+        let reconcile_duration = registered(
+            registry,
+            HistogramVec::new(
+                HistogramOpts::new("reloader_reconcile_duration_seconds", "Time to process one change")
+                    .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                &["result"],
+            ),
         )?;
-        let action_latency = HistogramVec::new(
-            HistogramOpts::new("reloader_action_latency_seconds", "Time of one workload write")
-                .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
-            &["workload_kind"],
+        let action = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_action_total", "Workload writes, by kind and result"),
+                &["workload_kind", "result"],
+            ),
         )?;
-        let skipped =
-            IntCounterVec::new(Opts::new("reloader_skipped_total", "Skipped reloads, by reason"), &["reason"])?;
-        let errors = IntCounterVec::new(Opts::new("reloader_errors_total", "Errors, by type"), &["type"])?;
-        let retries = IntCounter::new("reloader_retries_total", "Changes retried after a failed write")?;
-        let workloads_matched =
-            IntCounterVec::new(Opts::new("reloader_workloads_matched_total", "Workloads matched, by kind"), &["kind"])?;
-        let invalid_annotations =
-            IntCounter::new("reloader_invalid_annotations_total", "Workload annotation values that could not be used")?;
+        let action_latency = registered(
+            registry,
+            HistogramVec::new(
+                HistogramOpts::new("reloader_action_latency_seconds", "Time of one workload write")
+                    .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                &["workload_kind"],
+            ),
+        )?;
+        let skipped = registered(
+            registry,
+            IntCounterVec::new(Opts::new("reloader_skipped_total", "Skipped reloads, by reason"), &["reason"]),
+        )?;
+        let errors =
+            registered(registry, IntCounterVec::new(Opts::new("reloader_errors_total", "Errors, by type"), &["type"]))?;
+        let retries =
+            registered(registry, IntCounter::new("reloader_retries_total", "Changes retried after a failed write"))?;
+        let workloads_matched = registered(
+            registry,
+            IntCounterVec::new(Opts::new("reloader_workloads_matched_total", "Workloads matched, by kind"), &["kind"]),
+        )?;
+        let invalid_annotations = registered(
+            registry,
+            IntCounter::new("reloader_invalid_annotations_total", "Workload annotation values that could not be used"),
+        )?;
 
-        let alerts = IntCounterVec::new(
-            Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
-            &["sink", "result"],
+        let alerts = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
+                &["sink", "result"],
+            ),
         )?;
-        registry.register(Box::new(alerts.clone()))?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);
         }
-        registry.register(Box::new(reload_executed.clone()))?;
-        if let Some(c) = &reload_executed_by_namespace {
-            registry.register(Box::new(c.clone()))?;
-        }
-        registry.register(Box::new(reconcile_total.clone()))?;
-        registry.register(Box::new(reconcile_duration.clone()))?;
-        registry.register(Box::new(action.clone()))?;
-        registry.register(Box::new(action_latency.clone()))?;
-        registry.register(Box::new(skipped.clone()))?;
-        registry.register(Box::new(errors.clone()))?;
-        registry.register(Box::new(retries.clone()))?;
-        registry.register(Box::new(workloads_matched.clone()))?;
-        registry.register(Box::new(invalid_annotations.clone()))?;
         Ok(Metrics {
             reload_executed,
             reload_executed_by_namespace,

@@ -2,6 +2,8 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
+use crate::metrics::registered;
+
 /// Counters of what the watches received. Cheap to clone (handles to the same series).
 #[derive(Clone)]
 pub struct Metrics {
@@ -39,48 +41,67 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let events_received = IntCounterVec::new(
-            Opts::new("reloader_events_received_total", "Watch events received, by event and resource type"),
-            &["event_type", "resource_type"],
+        let events_received = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_events_received_total", "Watch events received, by event and resource type"),
+                &["event_type", "resource_type"],
+            ),
         )?;
-        let watch_errors =
-            IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff")?;
-        let store_objects =
-            IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"])?;
-        let namespaces_owned = IntGauge::new(
-            "reloader_namespaces_owned",
-            "Namespaces of shards held here that have ConfigMaps, Secrets or workloads",
+        let watch_errors = registered(
+            registry,
+            IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff"),
         )?;
-        let streams =
-            IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server")?;
-        let streams_started =
-            IntCounter::new("reloader_watch_streams_started_total", "Watches started, each with a full list")?;
-        let lint_queued = IntCounterVec::new(
-            Opts::new("reloader_annotation_lint_queued_total", "Stored objects passed to the annotation lint"),
-            &["result"],
+        let store_objects = registered(
+            registry,
+            IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"]),
         )?;
-        let events_foreign = IntCounter::new(
-            "reloader_watch_events_foreign_total",
-            "Objects received for namespaces of shards held by other replicas, dropped after decoding",
+        let namespaces_owned = registered(
+            registry,
+            IntGauge::new(
+                "reloader_namespaces_owned",
+                "Namespaces of shards held here that have ConfigMaps, Secrets or workloads",
+            ),
         )?;
-        let server_sharded = IntGauge::new(
-            "reloader_watch_server_sharded_collections",
-            "Watched collections the API server filters by shard (shardSelector)",
+        let streams = registered(
+            registry,
+            IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server"),
         )?;
-        let kinds_forbidden = IntGaugeVec::new(
-            Opts::new("reloader_watch_kinds_forbidden", "Kinds this replica may not list and watch, so does not watch"),
-            &["kind"],
+        let streams_started = registered(
+            registry,
+            IntCounter::new("reloader_watch_streams_started_total", "Watches started, each with a full list"),
         )?;
-        registry.register(Box::new(kinds_forbidden.clone()))?;
-        registry.register(Box::new(events_foreign.clone()))?;
-        registry.register(Box::new(server_sharded.clone()))?;
-        registry.register(Box::new(lint_queued.clone()))?;
-        registry.register(Box::new(events_received.clone()))?;
-        registry.register(Box::new(watch_errors.clone()))?;
-        registry.register(Box::new(store_objects.clone()))?;
-        registry.register(Box::new(namespaces_owned.clone()))?;
-        registry.register(Box::new(streams.clone()))?;
-        registry.register(Box::new(streams_started.clone()))?;
+        let lint_queued = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_annotation_lint_queued_total", "Stored objects passed to the annotation lint"),
+                &["result"],
+            ),
+        )?;
+        let events_foreign = registered(
+            registry,
+            IntCounter::new(
+                "reloader_watch_events_foreign_total",
+                "Objects received for namespaces of shards held by other replicas, dropped after decoding",
+            ),
+        )?;
+        let server_sharded = registered(
+            registry,
+            IntGauge::new(
+                "reloader_watch_server_sharded_collections",
+                "Watched collections the API server filters by shard (shardSelector)",
+            ),
+        )?;
+        let kinds_forbidden = registered(
+            registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "reloader_watch_kinds_forbidden",
+                    "Kinds this replica may not list and watch, so does not watch",
+                ),
+                &["kind"],
+            ),
+        )?;
         Ok(Metrics {
             events_received,
             watch_errors,

@@ -20,13 +20,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{info, warn};
 
+use crate::metrics::registered;
 use crate::reload::engine::workload_reference;
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::lint::{self, Finding};
 use crate::reload::{Keys, Patterns};
-use crate::watch::{ResourceKey, ResourceKind, Store, WorkloadKey};
-
-use crate::watch::Stored;
+use crate::watch::{ResourceKey, ResourceKind, Store, Stored, WorkloadKey};
 
 /// How long after a workload is stored it is checked, and how often a missing listed resource
 /// is looked for again.
@@ -58,23 +57,32 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let findings = IntCounterVec::new(
-            Opts::new("reloader_annotation_lint_findings_total", "Annotation mistakes found, by finding"),
-            &["finding"],
+        let findings = registered(
+            registry,
+            IntCounterVec::new(
+                Opts::new("reloader_annotation_lint_findings_total", "Annotation mistakes found, by finding"),
+                &["finding"],
+            ),
         )?;
-        let received = IntCounter::new("reloader_annotation_lint_received_total", "Stored objects the lint received")?;
-        let pending = IntGauge::new("reloader_annotation_lint_pending", "Workloads waiting for their lint check")?;
-        let events_dropped = IntCounter::new(
-            "reloader_annotation_lint_events_dropped_total",
-            "Lint Events dropped because too many waited to be posted",
+        let received = registered(
+            registry,
+            IntCounter::new("reloader_annotation_lint_received_total", "Stored objects the lint received"),
         )?;
-        registry.register(Box::new(findings.clone()))?;
-        registry.register(Box::new(received.clone()))?;
-        registry.register(Box::new(pending.clone()))?;
-        let events_pending =
-            IntGauge::new("reloader_annotation_lint_events_pending", "Lint Events made and not yet posted")?;
-        registry.register(Box::new(events_dropped.clone()))?;
-        registry.register(Box::new(events_pending.clone()))?;
+        let pending = registered(
+            registry,
+            IntGauge::new("reloader_annotation_lint_pending", "Workloads waiting for their lint check"),
+        )?;
+        let events_dropped = registered(
+            registry,
+            IntCounter::new(
+                "reloader_annotation_lint_events_dropped_total",
+                "Lint Events dropped because too many waited to be posted",
+            ),
+        )?;
+        let events_pending = registered(
+            registry,
+            IntGauge::new("reloader_annotation_lint_events_pending", "Lint Events made and not yet posted"),
+        )?;
         Ok(Metrics { findings, received, pending, events_dropped, events_pending })
     }
 }
