@@ -81,7 +81,8 @@ pub async fn noisy(args: &[String]) -> anyhow::Result<()> {
          rollout places given back: {}; updates merged into queued ones: {}",
         p99(&beside) / p99(&alone).max(0.001),
         peak_rss_mib(pid).unwrap_or(0.0),
-        crate::scale::metric_sum(port, "reloader_rollout_places_given_back_total").await,
+        // An empty f64 sum is -0.0.
+        crate::scale::metric_sum(port, "reloader_rollout_places_given_back_total").await + 0.0,
         crate::metric(port, "reloader_skipped_total{reason=\"superseded\"}").await,
     );
     stop(&mut child).await;

@@ -102,6 +102,9 @@ pub(super) struct Pipeline {
     resources: HashSet<ResourceKey>,
     /// `--max-concurrent-writes`, over all changes.
     permits: Arc<Semaphore>,
+    max_writes: usize,
+    /// Writes out (sent, or waiting for a permit) per namespace, for its share of the permits.
+    by_namespace: HashMap<Arc<str>, usize>,
     /// Nothing in the queue's window may go before a change lands or a change arrives.
     stalled: bool,
 }
@@ -113,6 +116,8 @@ impl Pipeline {
             workloads: HashMap::new(),
             resources: HashSet::new(),
             permits: Arc::new(Semaphore::new(max_writes.max(1))),
+            max_writes: max_writes.max(1),
+            by_namespace: HashMap::new(),
             stalled: false,
         }
     }
@@ -141,6 +146,39 @@ impl Pipeline {
 
     pub fn claims(&self, workload: &WorkloadKey) -> bool {
         self.workloads.contains_key(workload)
+    }
+
+    /// Whether a change of `namespace` may send its writes while `active` namespaces have
+    /// writes out or changes queued: only below its share of `--max-concurrent-writes`. So a
+    /// namespace sending thousands of changes a minute never lines up more writes than its
+    /// share in front of the permits, where another namespace's write would wait behind all
+    /// of them; alone, a namespace has every permit, and a change with many writes (a fan-out)
+    /// goes whole once its namespace is below its share.
+    pub fn may_send(&self, namespace: &str, active: usize) -> bool {
+        let share = (self.max_writes / active.max(1)).max(1);
+        self.by_namespace.get(namespace).copied().unwrap_or(0) < share
+    }
+
+    fn sent(&mut self, workload: &WorkloadKey) {
+        *self.workloads.entry(workload.clone()).or_default() += 1;
+        *self.by_namespace.entry(workload.namespace.clone()).or_default() += 1;
+    }
+
+    /// A write of `workload` landed; whether it was the workload's last one out.
+    fn landed(&mut self, workload: &WorkloadKey) -> bool {
+        if let Some(n) = self.by_namespace.get_mut(&workload.namespace) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_namespace.remove(&workload.namespace);
+            }
+        }
+        let Some(n) = self.workloads.get_mut(workload) else { return false };
+        *n -= 1;
+        let last = *n == 0;
+        if last {
+            self.workloads.remove(workload);
+        }
+        last
     }
 }
 
@@ -179,6 +217,9 @@ impl Engine {
         let mut waiting_resources: HashSet<ResourceKey> = HashSet::new();
         let mut held = Vec::new();
         let mut looked = 0;
+        // Namespaces with changes queued or writes out: they share the write permits.
+        let active =
+            self.queue.namespaces() + self.pipeline.by_namespace.keys().filter(|ns| self.queue.depth(ns) == 0).count();
         let full = loop {
             if looked == WINDOW {
                 break false;
@@ -193,7 +234,8 @@ impl Engine {
                 self.store.candidates(&change.key).iter().map(|w| w.key.clone()).collect();
             let blocked = self.pipeline.resources.contains(&change.key)
                 || waiting_resources.contains(&change.key)
-                || candidates.iter().any(|k| self.pipeline.claims(k) || waiting_workloads.contains(k));
+                || candidates.iter().any(|k| self.pipeline.claims(k) || waiting_workloads.contains(k))
+                || !self.pipeline.may_send(&change.key.namespace, active);
             if blocked {
                 waiting_resources.insert(change.key.clone());
                 waiting_workloads.extend(candidates);
@@ -245,7 +287,7 @@ impl Engine {
     /// `--max-concurrent-writes` while it is out.
     pub(super) fn fly(&mut self, purpose: Purpose, writes: Vec<PlannedWrite>, span: tracing::Span) {
         for write in &writes {
-            *self.pipeline.workloads.entry(write.workload.key.clone()).or_default() += 1;
+            self.pipeline.sent(&write.workload.key);
         }
         let (client, permits) = (self.writes.clone(), self.pipeline.permits.clone());
         self.pipeline.running.push(Box::pin(async move {
@@ -284,12 +326,8 @@ impl Engine {
         let Landed { purpose, writes, results } = landed;
         self.pipeline.stalled = false;
         for write in &writes {
-            if let Some(n) = self.pipeline.workloads.get_mut(&write.workload.key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.pipeline.workloads.remove(&write.workload.key);
-                    self.deferred.unpark(&write.workload.key);
-                }
+            if self.pipeline.landed(&write.workload.key) {
+                self.deferred.unpark(&write.workload.key);
             }
         }
         let mut results =
@@ -433,4 +471,38 @@ async fn send_all(
     let mut flat: Vec<(usize, crate::reload::write::WriteOutcome, Duration)> = sent.into_iter().flatten().collect();
     flat.sort_by_key(|(i, _, _)| *i);
     flat.into_iter().map(|(_, result, took)| (result, took)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::WorkloadKind;
+
+    fn web(namespace: &str, i: usize) -> WorkloadKey {
+        WorkloadKey { kind: WorkloadKind::Deployment, namespace: namespace.into(), name: format!("web-{i}").into() }
+    }
+
+    #[test]
+    fn a_namespace_sends_only_below_its_share_of_the_write_permits_and_alone_it_has_them_all() {
+        let mut pipeline = Pipeline::new(8);
+        for i in 0..8 {
+            assert!(pipeline.may_send("noisy", 1), "alone: every permit ({i} out)");
+            pipeline.sent(&web("noisy", i));
+        }
+        assert!(!pipeline.may_send("noisy", 1), "alone, not more than the permits");
+        assert!(!pipeline.may_send("noisy", 2), "beside another namespace, its half");
+        assert!(pipeline.may_send("quiet", 2), "the other namespace goes at once");
+        for i in 0..4 {
+            assert!(pipeline.landed(&web("noisy", i)), "its only write out");
+        }
+        assert!(!pipeline.may_send("noisy", 2), "4 out: at its share");
+        pipeline.landed(&web("noisy", 4));
+        assert!(pipeline.may_send("noisy", 2), "below its share again");
+        assert!(pipeline.may_send("another", 100), "however many namespaces, one write each");
+        pipeline.sent(&web("quiet", 0));
+        pipeline.sent(&web("quiet", 0));
+        assert!(!pipeline.landed(&web("quiet", 0)), "a second write of the workload is still out");
+        assert!(pipeline.landed(&web("quiet", 0)));
+        assert!(!pipeline.by_namespace.contains_key("quiet"), "a namespace with nothing out is forgotten");
+    }
 }
