@@ -2,11 +2,11 @@
 //! GET per change" is something a test and an operator can check.
 
 use http::{Method, Request};
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 use tower::util::MapRequestLayer;
 
 use crate::client::is_watch;
-use crate::metrics::registered;
+use crate::metrics::{int_counter_vec, int_gauge};
 
 /// `reloader_api_requests_total{verb, resource}`; verbs are Kubernetes verbs (get, list,
 /// watch, create, update, patch, delete). And `reloader_api_response_bytes_total{request}`:
@@ -24,26 +24,22 @@ impl ApiCalls {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let requests = registered(
+        let requests = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_api_requests_total", "Kubernetes API requests sent, by verb and resource"),
-                &["verb", "resource"],
-            ),
+            "reloader_api_requests_total",
+            "Kubernetes API requests sent, by verb and resource",
+            &["verb", "resource"],
         )?;
-        let response_bytes = registered(
+        let response_bytes = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_api_response_bytes_total", "Response body bytes received from the Kubernetes API"),
-                &["request"],
-            ),
+            "reloader_api_response_bytes_total",
+            "Response body bytes received from the Kubernetes API",
+            &["request"],
         )?;
-        let streams_per_connection = registered(
+        let streams_per_connection = int_gauge(
             registry,
-            IntGauge::new(
-                "reloader_api_streams_per_connection",
-                "Requests kept open on one HTTP/2 connection to the Kubernetes API, at most",
-            ),
+            "reloader_api_streams_per_connection",
+            "Requests kept open on one HTTP/2 connection to the Kubernetes API, at most",
         )?;
         Ok(ApiCalls { requests, response_bytes, streams_per_connection })
     }

@@ -1,6 +1,6 @@
 //! The lease room's metrics.
 
-use crate::metrics::registered;
+use crate::metrics::{histogram, int_counter, int_gauge};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -23,39 +23,24 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
-        let shards_held =
-            registered(registry, prometheus::IntGauge::new("reloader_shards_held", "Shards this replica acts on"))?;
-        let shards_standby = registered(
+        let shards_held = int_gauge(registry, "reloader_shards_held", "Shards this replica acts on")?;
+        let shards_standby = int_gauge(
             registry,
-            prometheus::IntGauge::new(
-                "reloader_shards_standby",
-                "Shards this replica keeps loaded for when another replica leaves (--hot-standby)",
-            ),
+            "reloader_shards_standby",
+            "Shards this replica keeps loaded for when another replica leaves (--hot-standby)",
         )?;
-        let acquisitions = registered(
+        let acquisitions = int_counter(registry, "reloader_lease_acquisitions_total", "Shard leases acquired")?;
+        let losses = int_counter(registry, "reloader_lease_losses_total", "Shards this replica stopped acting on")?;
+        let handoff = histogram(
             registry,
-            prometheus::IntCounter::new("reloader_lease_acquisitions_total", "Shard leases acquired"),
+            "reloader_shard_handoff_seconds",
+            "From a Lease's last observed change to acquiring it",
+            vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0],
         )?;
-        let losses = registered(
+        let refused_holders = int_gauge(
             registry,
-            prometheus::IntCounter::new("reloader_lease_losses_total", "Shards this replica stopped acting on"),
-        )?;
-        let handoff = registered(
-            registry,
-            prometheus::Histogram::with_opts(
-                prometheus::HistogramOpts::new(
-                    "reloader_shard_handoff_seconds",
-                    "From a Lease's last observed change to acquiring it",
-                )
-                .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0]),
-            ),
-        )?;
-        let refused_holders = registered(
-            registry,
-            prometheus::IntGauge::new(
-                "reloader_lease_holders_refused",
-                "Holders named in the fleet's Leases that are no pod of this controller's ServiceAccount",
-            ),
+            "reloader_lease_holders_refused",
+            "Holders named in the fleet's Leases that are no pod of this controller's ServiceAccount",
         )?;
         Ok(Metrics { shards_held, shards_standby, acquisitions, losses, handoff, refused_holders })
     }

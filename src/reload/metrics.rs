@@ -4,12 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 use tokio::time::Instant;
 
-use crate::metrics::registered;
+use crate::metrics::{gauge_vec, histogram, histogram_vec, int_counter, int_counter_vec, int_gauge, int_gauge_vec};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -62,40 +60,30 @@ pub struct Changes {
 
 impl Changes {
     fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
-        let latency = registered(
+        let latency = histogram(
             registry,
-            Histogram::with_opts(
-                HistogramOpts::new(
-                    "reloader_change_latency_seconds",
-                    "From a change reaching the engine to its last write",
-                )
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-            ),
+            "reloader_change_latency_seconds",
+            "From a change reaching the engine to its last write",
+            vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
         )?;
-        let wait = registered(
+        let wait = histogram(
             registry,
-            Histogram::with_opts(
-                HistogramOpts::new("reloader_change_queue_wait_seconds", "From a change queued to its decision")
-                    .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-            ),
+            "reloader_change_queue_wait_seconds",
+            "From a change queued to its decision",
+            vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
         )?;
         let by_namespace = if by_namespace {
-            let depth = registered(
+            let depth = int_gauge_vec(
                 registry,
-                IntGaugeVec::new(
-                    Opts::new("reloader_changes_queued", "Changes queued for a decision, by namespace"),
-                    &["namespace"],
-                ),
+                "reloader_changes_queued",
+                "Changes queued for a decision, by namespace",
+                &["namespace"],
             )?;
-            let waited = registered(
+            let waited = gauge_vec(
                 registry,
-                prometheus::GaugeVec::new(
-                    Opts::new(
-                        "reloader_change_queue_wait_seconds_last",
-                        "How long the last change decided of a namespace with changes queued waited",
-                    ),
-                    &["namespace"],
-                ),
+                "reloader_change_queue_wait_seconds_last",
+                "How long the last change decided of a namespace with changes queued waited",
+                &["namespace"],
             )?;
             Some((depth, waited))
         } else {
@@ -167,46 +155,30 @@ pub struct Checkpoints {
 
 impl Checkpoints {
     fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let saves = registered(
+        let saves = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "reloader_checkpoint_saves_total",
-                    "Checkpoint saves, by result (written, unchanged, failed)",
-                ),
-                &["result"],
-            ),
+            "reloader_checkpoint_saves_total",
+            "Checkpoint saves, by result (written, unchanged, failed)",
+            &["result"],
         )?;
-        let bytes_sent = registered(
+        let bytes_sent =
+            int_counter(registry, "reloader_checkpoint_bytes_sent_total", "Request bytes of checkpoint writes")?;
+        let unsaved = int_gauge(
             registry,
-            IntCounter::new("reloader_checkpoint_bytes_sent_total", "Request bytes of checkpoint writes"),
+            "reloader_checkpoint_unsaved_shards",
+            "Shards acted on whose last checkpoint save failed (a change made while no replica runs may be lost)",
         )?;
-        let unsaved = registered(
+        let last_saved = int_gauge_vec(
             registry,
-            IntGauge::new(
-                "reloader_checkpoint_unsaved_shards",
-                "Shards acted on whose last checkpoint save failed (a change made while no replica runs may be lost)",
-            ),
+            "reloader_checkpoint_last_saved_timestamp_seconds",
+            "When each shard's checkpoint was last saved",
+            &["shard"],
         )?;
-        let last_saved = registered(
+        let stored_bytes = int_gauge_vec(
             registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "reloader_checkpoint_last_saved_timestamp_seconds",
-                    "When each shard's checkpoint was last saved",
-                ),
-                &["shard"],
-            ),
-        )?;
-        let stored_bytes = registered(
-            registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "reloader_checkpoint_stored_bytes",
-                    "Compressed bytes each shard's checkpoint takes in the cluster",
-                ),
-                &["shard"],
-            ),
+            "reloader_checkpoint_stored_bytes",
+            "Compressed bytes each shard's checkpoint takes in the cluster",
+            &["shard"],
         )?;
         Ok(Checkpoints { saves, bytes_sent, unsaved, last_saved, stored_bytes, status: CheckpointStatus::default() })
     }
@@ -343,33 +315,23 @@ pub struct Held {
 
 impl Held {
     fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let gauge = |name: &str, help: &str| registered(registry, IntGauge::new(name, help));
-        let damped_changes = registered(
+        let gauge = |name: &str, help: &str| int_gauge(registry, name, help);
+        let damped_changes = int_counter(
             registry,
-            IntCounter::new(
-                "reloader_damped_changes_total",
-                "Changes of resources changing too often, written with the flap damping window",
-            ),
+            "reloader_damped_changes_total",
+            "Changes of resources changing too often, written with the flap damping window",
         )?;
-        let orphan_removals = registered(
+        let orphan_removals = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "reloader_orphaned_env_var_removals_total",
-                    "Writes of their own removing env vars of resources no longer referenced, by result",
-                ),
-                &["result"],
-            ),
+            "reloader_orphaned_env_var_removals_total",
+            "Writes of their own removing env vars of resources no longer referenced, by result",
+            &["result"],
         )?;
-        let places_given_back = registered(
+        let places_given_back = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new(
-                    "reloader_rollout_places_given_back_total",
-                    "Places among --max-concurrent-rollouts given back by rollouts that stalled or ran too long, by reason",
-                ),
-                &["reason"],
-            ),
+            "reloader_rollout_places_given_back_total",
+            "Places among --max-concurrent-rollouts given back by rollouts that stalled or ran too long, by reason",
+            &["reason"],
         )?;
         Ok(Held {
             damped_changes,
@@ -396,77 +358,60 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry, by_namespace: bool) -> Result<Self, prometheus::Error> {
-        let reload_executed = registered(
+        let reload_executed = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_reload_executed_total", "Counter of reloads executed by Reloader."),
-                &["success"],
-            ),
+            "reloader_reload_executed_total",
+            "Counter of reloads executed by Reloader.",
+            &["success"],
         )?;
         let reload_executed_by_namespace = by_namespace
             .then(|| {
-                registered(
+                int_counter_vec(
                     registry,
-                    IntCounterVec::new(
-                        Opts::new(
-                            "reloader_reload_executed_total_by_namespace",
-                            "Counter of reloads executed by Reloader by namespace.",
-                        ),
-                        &["success", "namespace"],
-                    ),
+                    "reloader_reload_executed_total_by_namespace",
+                    "Counter of reloads executed by Reloader by namespace.",
+                    &["success", "namespace"],
                 )
             })
             .transpose()?;
-        let reconcile_total = registered(
+        let reconcile_total =
+            int_counter_vec(registry, "reloader_reconcile_total", "Changes processed, by result", &["result"])?;
+        let reconcile_duration = histogram_vec(
             registry,
-            IntCounterVec::new(Opts::new("reloader_reconcile_total", "Changes processed, by result"), &["result"]),
+            "reloader_reconcile_duration_seconds",
+            "Time to process one change",
+            &["result"],
+            vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
         )?;
-        let reconcile_duration = registered(
+        let action = int_counter_vec(
             registry,
-            HistogramVec::new(
-                HistogramOpts::new("reloader_reconcile_duration_seconds", "Time to process one change")
-                    .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-                &["result"],
-            ),
+            "reloader_action_total",
+            "Workload writes, by kind and result",
+            &["workload_kind", "result"],
         )?;
-        let action = registered(
+        let action_latency = histogram_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_action_total", "Workload writes, by kind and result"),
-                &["workload_kind", "result"],
-            ),
+            "reloader_action_latency_seconds",
+            "Time of one workload write",
+            &["workload_kind"],
+            vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
         )?;
-        let action_latency = registered(
+        let skipped = int_counter_vec(registry, "reloader_skipped_total", "Skipped reloads, by reason", &["reason"])?;
+        let errors = int_counter_vec(registry, "reloader_errors_total", "Errors, by type", &["type"])?;
+        let retries = int_counter(registry, "reloader_retries_total", "Changes retried after a failed write")?;
+        let workloads_matched =
+            int_counter_vec(registry, "reloader_workloads_matched_total", "Workloads matched, by kind", &["kind"])?;
+        let invalid_annotations = int_counter(
             registry,
-            HistogramVec::new(
-                HistogramOpts::new("reloader_action_latency_seconds", "Time of one workload write")
-                    .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
-                &["workload_kind"],
-            ),
-        )?;
-        let skipped = registered(
-            registry,
-            IntCounterVec::new(Opts::new("reloader_skipped_total", "Skipped reloads, by reason"), &["reason"]),
-        )?;
-        let errors =
-            registered(registry, IntCounterVec::new(Opts::new("reloader_errors_total", "Errors, by type"), &["type"]))?;
-        let retries =
-            registered(registry, IntCounter::new("reloader_retries_total", "Changes retried after a failed write"))?;
-        let workloads_matched = registered(
-            registry,
-            IntCounterVec::new(Opts::new("reloader_workloads_matched_total", "Workloads matched, by kind"), &["kind"]),
-        )?;
-        let invalid_annotations = registered(
-            registry,
-            IntCounter::new("reloader_invalid_annotations_total", "Workload annotation values that could not be used"),
+            "reloader_invalid_annotations_total",
+            "Workload annotation values that could not be used",
         )?;
 
-        let alerts = registered(
+        let alerts = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_alerts_total", "Alerts after reloads, by sink and result"),
-                &["sink", "result"],
-            ),
+            "reloader_alerts_total",
+            "Alerts after reloads, by sink and result",
+            &["sink", "result"],
         )?;
         for success in ["true", "false"] {
             reload_executed.with_label_values(&[success]);

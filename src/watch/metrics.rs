@@ -1,8 +1,8 @@
 //! The watch room's metrics, registered into the process registry by `main`.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use crate::metrics::registered;
+use crate::metrics::{int_counter, int_counter_vec, int_gauge, int_gauge_vec};
 
 /// Counters of what the watches received. Cheap to clone (handles to the same series).
 #[derive(Clone)]
@@ -41,66 +41,49 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let events_received = registered(
+        let events_received = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_events_received_total", "Watch events received, by event and resource type"),
-                &["event_type", "resource_type"],
-            ),
+            "reloader_events_received_total",
+            "Watch events received, by event and resource type",
+            &["event_type", "resource_type"],
         )?;
-        let watch_errors = registered(
+        let watch_errors =
+            int_counter(registry, "reloader_watch_errors_total", "Watch stream errors, each retried with backoff")?;
+        let store_objects =
+            int_gauge_vec(registry, "reloader_store_objects", "Objects held in this replica's store", &["kind"])?;
+        let namespaces_owned = int_gauge(
             registry,
-            IntCounter::new("reloader_watch_errors_total", "Watch stream errors, each retried with backoff"),
+            "reloader_namespaces_owned",
+            "Namespaces of shards held here that have ConfigMaps, Secrets or workloads",
         )?;
-        let store_objects = registered(
+        let streams = int_gauge(
             registry,
-            IntGaugeVec::new(Opts::new("reloader_store_objects", "Objects held in this replica's store"), &["kind"]),
+            "reloader_watch_streams",
+            "Watches running, each holding a connection to the API server",
         )?;
-        let namespaces_owned = registered(
+        let streams_started =
+            int_counter(registry, "reloader_watch_streams_started_total", "Watches started, each with a full list")?;
+        let lint_queued = int_counter_vec(
             registry,
-            IntGauge::new(
-                "reloader_namespaces_owned",
-                "Namespaces of shards held here that have ConfigMaps, Secrets or workloads",
-            ),
+            "reloader_annotation_lint_queued_total",
+            "Stored objects passed to the annotation lint",
+            &["result"],
         )?;
-        let streams = registered(
+        let events_foreign = int_counter(
             registry,
-            IntGauge::new("reloader_watch_streams", "Watches running, each holding a connection to the API server"),
+            "reloader_watch_events_foreign_total",
+            "Objects received for namespaces of shards held by other replicas, dropped after decoding",
         )?;
-        let streams_started = registered(
+        let server_sharded = int_gauge(
             registry,
-            IntCounter::new("reloader_watch_streams_started_total", "Watches started, each with a full list"),
+            "reloader_watch_server_sharded_collections",
+            "Watched collections the API server filters by shard (shardSelector)",
         )?;
-        let lint_queued = registered(
+        let kinds_forbidden = int_gauge_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_annotation_lint_queued_total", "Stored objects passed to the annotation lint"),
-                &["result"],
-            ),
-        )?;
-        let events_foreign = registered(
-            registry,
-            IntCounter::new(
-                "reloader_watch_events_foreign_total",
-                "Objects received for namespaces of shards held by other replicas, dropped after decoding",
-            ),
-        )?;
-        let server_sharded = registered(
-            registry,
-            IntGauge::new(
-                "reloader_watch_server_sharded_collections",
-                "Watched collections the API server filters by shard (shardSelector)",
-            ),
-        )?;
-        let kinds_forbidden = registered(
-            registry,
-            IntGaugeVec::new(
-                Opts::new(
-                    "reloader_watch_kinds_forbidden",
-                    "Kinds this replica may not list and watch, so does not watch",
-                ),
-                &["kind"],
-            ),
+            "reloader_watch_kinds_forbidden",
+            "Kinds this replica may not list and watch, so does not watch",
+            &["kind"],
         )?;
         Ok(Metrics {
             events_received,

@@ -14,13 +14,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 use tracing::{info, warn};
 
-use crate::metrics::registered;
+use crate::metrics::{int_counter, int_counter_vec, int_gauge};
 use crate::reload::engine::workload_reference;
 use crate::reload::events::{Events, WritesOut};
 use crate::reload::lint::{self, Finding};
@@ -57,32 +57,23 @@ impl Metrics {
     /// # Errors
     /// When a series of the same name is already registered.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let findings = registered(
+        let findings = int_counter_vec(
             registry,
-            IntCounterVec::new(
-                Opts::new("reloader_annotation_lint_findings_total", "Annotation mistakes found, by finding"),
-                &["finding"],
-            ),
+            "reloader_annotation_lint_findings_total",
+            "Annotation mistakes found, by finding",
+            &["finding"],
         )?;
-        let received = registered(
+        let received =
+            int_counter(registry, "reloader_annotation_lint_received_total", "Stored objects the lint received")?;
+        let pending =
+            int_gauge(registry, "reloader_annotation_lint_pending", "Workloads waiting for their lint check")?;
+        let events_dropped = int_counter(
             registry,
-            IntCounter::new("reloader_annotation_lint_received_total", "Stored objects the lint received"),
+            "reloader_annotation_lint_events_dropped_total",
+            "Lint Events dropped because too many waited to be posted",
         )?;
-        let pending = registered(
-            registry,
-            IntGauge::new("reloader_annotation_lint_pending", "Workloads waiting for their lint check"),
-        )?;
-        let events_dropped = registered(
-            registry,
-            IntCounter::new(
-                "reloader_annotation_lint_events_dropped_total",
-                "Lint Events dropped because too many waited to be posted",
-            ),
-        )?;
-        let events_pending = registered(
-            registry,
-            IntGauge::new("reloader_annotation_lint_events_pending", "Lint Events made and not yet posted"),
-        )?;
+        let events_pending =
+            int_gauge(registry, "reloader_annotation_lint_events_pending", "Lint Events made and not yet posted")?;
         Ok(Metrics { findings, received, pending, events_dropped, events_pending })
     }
 }
