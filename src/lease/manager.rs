@@ -278,23 +278,33 @@ impl Manager {
             self.round(&tx, look).await;
             debug!(cause, took = ?started.elapsed(), "lease round");
             self.publish(&tx);
-            if let Some(since) = self.leaving {
-                // With no heir that reports, the final stage hands everything over at once.
-                let leaving = Leaving {
-                    holding: self.held_on_record().next().is_some(),
-                    heirs_report: self.heirs_report(),
-                    waited_out: since.elapsed() >= self.config.renew_deadline,
-                    serving: is_open(self.peers.working.as_ref()) && is_open(self.peers.loaded.as_ref()),
-                };
-                if leaving.done() {
-                    break;
-                }
+            if self.has_left() {
+                break;
             }
         }
         // Stop acting first, let the engine save its checkpoints, then give the Leases back so
         // the next owners take them at once.
         fence_stop.cancel();
         let _ = fence.await;
+        self.leave(&tx).await
+    }
+
+    /// Whether a replica leaving is done handing over; with no heir that reports, the final
+    /// stage hands everything over at once.
+    fn has_left(&self) -> bool {
+        let Some(since) = self.leaving else { return false };
+        Leaving {
+            holding: self.held_on_record().next().is_some(),
+            heirs_report: self.heirs_report(),
+            waited_out: since.elapsed() >= self.config.renew_deadline,
+            serving: is_open(self.peers.working.as_ref()) && is_open(self.peers.loaded.as_ref()),
+        }
+        .done()
+    }
+
+    /// Act on nothing more, wait (a renew deadline at most) for the engine to let every shard
+    /// go, then release the Leases unless told to leave them to expire.
+    async fn leave(&mut self, tx: &Publisher) -> Result<(), Error> {
         tx.send_if_modified(|o| !std::mem::take(&mut o.held).is_empty());
         self.metrics.shards_held.set(0);
         if let Some(working) = self.peers.working.as_mut() {

@@ -182,6 +182,7 @@ impl Engine {
         metrics: Metrics,
         shards: ShardBook,
         alerts: Option<(mpsc::Sender<Alert>, Sink)>,
+        damped: Damped,
     ) -> Self {
         let recorder = Recorder::new(client.clone(), config.reporter.clone());
         let writes_out = WritesOut::new();
@@ -208,9 +209,25 @@ impl Engine {
             retries: Retries::default(),
             shards,
             alerts,
-            deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts),
+            deferred: Deferred::new(pacing.max_rollouts_per_second, pacing.max_concurrent_rollouts)
+                .with_damping(Damping::new(pacing.flap_damping, damped)),
             queue: FairQueue::default(),
             pipeline: Pipeline::new(pacing.max_concurrent_writes),
+        }
+    }
+}
+
+impl Engine {
+    /// Once a second: resume Deployments whose pause period is over, forget what is gone,
+    /// let flap damping forget quiet resources, and follow shards whose checkpoint could not be
+    /// read yet.
+    fn sweep(&mut self, wanted: &BTreeSet<u32>) {
+        self.resume_paused();
+        self.prune();
+        let damped = self.deferred.damping.prune(Instant::now());
+        self.metrics.held.damped_resources.set(damped as i64);
+        if !self.follows(wanted) {
+            self.follow(wanted);
         }
     }
 }
@@ -237,15 +254,32 @@ pub async fn run(
         res = synced.wait_for(Option::is_some) => { res.map_err(|_| Error::WatchGone)?; }
     }
     let shards = ShardBook::new(client.clone(), owned.clone(), synced.clone(), active);
-    let damping = Damping::new(config.pacing.flap_damping, damped);
-    let mut engine = Engine::new(client, config, store, metrics, shards, alerts);
-    engine.deferred.damping = damping;
+    let mut engine = Engine::new(client, config, store, metrics, shards, alerts, damped);
     engine.follow(&wanted(&mut synced, &mut owned));
     engine.finish_loading().await;
     // Ready once what changed while nobody watched is written.
     engine.settle().await;
     reconciled.send_replace(true);
+    serve(&mut engine, &mut changes, (&mut synced, &mut owned), &mut edits, &shutdown).await;
+    // Shutdown: the writes in flight land first (letting go of every shard waits for them);
+    // keep what was acted on. Queued changes are covered by the checkpoint: they were not
+    // acted on.
+    engine.follow(&BTreeSet::new());
+    engine.finish_letting_go().await;
+    engine.events.flush(EVENT_FLUSH).await;
+    Ok(())
+}
 
+/// The engine's loop, until `shutdown` or its inputs close: what is due first (shards to
+/// follow and take up, deferred writes, the one-second sweep, checkpoint saves, retries),
+/// then writes that landed, then changes.
+async fn serve(
+    engine: &mut Engine,
+    changes: &mut mpsc::Receiver<Change>,
+    (synced, owned): (&mut watch::Receiver<Option<BTreeSet<u32>>>, &mut watch::Receiver<BTreeSet<u32>>),
+    edits: &mut Option<mpsc::UnboundedReceiver<WorkloadKey>>,
+    shutdown: &CancellationToken,
+) {
     let mut save_at: Option<Instant> = Some(Instant::now());
     let mut tick = tokio::time::interval(RESUME_SWEEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -255,8 +289,8 @@ pub async fn run(
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            Ok(()) = synced.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
-            Ok(()) = owned.changed() => engine.follow(&wanted(&mut synced, &mut owned)),
+            Ok(()) = synced.changed() => engine.follow(&wanted(synced, owned)),
+            Ok(()) = owned.changed() => engine.follow(&wanted(synced, owned)),
             Some(loaded) = futures::StreamExt::next(&mut engine.shards.loads), if !engine.shards.loads.is_empty() => {
                 engine.take_up(loaded).await;
             }
@@ -270,17 +304,7 @@ pub async fn run(
             }
             // Timers before changes: under a fan-out that keeps the queue full, the pause-period
             // sweep, retries and checkpoint saves still run when due, each once.
-            _ = tick.tick() => {
-                engine.resume_paused();
-                engine.prune();
-                let damped = engine.deferred.damping.prune(Instant::now());
-                engine.metrics.held.damped_resources.set(damped as i64);
-                // Shards whose checkpoint could not be read yet.
-                let wanted = wanted(&mut synced, &mut owned);
-                if !engine.follows(&wanted) {
-                    engine.follow(&wanted);
-                }
-            }
+            _ = tick.tick() => engine.sweep(&wanted(synced, owned)),
             () = tokio::time::sleep_until(save_deadline), if save_at.is_some() && engine.shards.saving.is_none() => {
                 save_at = None;
                 engine.start_save();
@@ -297,14 +321,14 @@ pub async fn run(
                 let observed = engine.store.resource(&key).map(|s| s.hash);
                 engine.enqueue(Change { key, observed, previous: None, cause: Cause::Event }, None);
             }
-            Some(key) = next_edit(&mut edits) => engine.check_orphans(&key),
+            Some(key) = next_edit(edits) => engine.check_orphans(&key),
             // Writes that landed free what waits for them.
             Some(landed) = engine.pipeline.next_landed(), if engine.pipeline.is_running() => engine.land(landed),
             // Changes already queued first (they are older than the channel's).
             () = std::future::ready(()), if engine.pipeline.may_pump(engine.queue.len()) => engine.pump(),
             Some(change) = changes.recv(), if engine.queue.len() < MAX_QUEUED => {
                 engine.enqueue(change, None);
-                engine.take_queued(&mut changes);
+                engine.take_queued(changes);
             }
             else => break,
         }
@@ -314,13 +338,6 @@ pub async fn run(
             save_at = Some(Instant::now() + CHECKPOINT_DELAY);
         }
     }
-    // Shutdown: the writes in flight land first (letting go of every shard waits for them);
-    // keep what was acted on. Queued changes are covered by the checkpoint: they were not
-    // acted on.
-    engine.follow(&BTreeSet::new());
-    engine.finish_letting_go().await;
-    engine.events.flush(EVENT_FLUSH).await;
-    Ok(())
 }
 
 /// The end of the background checkpoint save, if one is in flight (else never).

@@ -158,41 +158,26 @@ impl Runtime {
         let loaded = warm_handoff.then(|| synced_rx.clone());
         let lease = Lease { config: lease_config(&settings, &ring)?, working: active_rx.clone(), loaded };
         let (shards, _alone) = start_lease(&mut tasks, &client, &mut state, lease, settings.fleet.shards)?;
-        let alerts = settings.alerts.clone().map(|config| {
-            let (queue, receiver) = mpsc::channel(reload::ALERT_QUEUE);
-            let sink = config.sink;
-            info!(sink = %sink, "alerts on reload are on");
-            let sender =
-                reload::run_alert_sender(http.clone(), config, receiver, reload_metrics.clone(), shutdown.clone());
-            tasks.spawn("alerts", ended(sender));
-            (queue, sink)
-        });
+        let alerts = start_alerts(&mut tasks, &settings, http, &reload_metrics);
         let (store, writer) = watch::Store::new(engine_config.keys.explicit_keys());
         let damped = reload::Damped::default();
-        state.fleet = Some(Arc::new(admin::FleetView {
-            identity: settings.env.pod_name.clone().unwrap_or_else(|| "reloader".to_string()),
-            ring,
-            filter: settings.watch.filter.clone(),
-            store: store.clone(),
-            stats: reload_metrics.namespaces.clone(),
-            checkpoints: reload_metrics.checkpoints.status.clone(),
-            client: Some(client.clone()),
-            explain: admin::ExplainSettings {
-                keys: engine_config.keys.clone(),
-                options: engine_config.options.clone(),
-                scope: watched.scope(&settings.reload),
-                damped: damped.clone(),
-            },
-        }));
+        let explain = admin::ExplainSettings {
+            keys: engine_config.keys.clone(),
+            options: engine_config.options.clone(),
+            scope: watched.scope(&settings.reload),
+            damped: damped.clone(),
+        };
+        state.fleet = Some(fleet_view(&settings, ring, &store, &reload_metrics, &client, explain));
         start_serving(&mut tasks, &settings, &state, ready_rx);
         let lint = if settings.reload.annotation_lint {
             let (lint_tx, stored) = mpsc::channel(LINT_QUEUE);
-            let watched = watched.resources();
-            let inputs = reload::lint::Inputs { store: store.clone(), stored, synced: synced_rx.clone(), watched };
-            let metrics = reload::lint::Metrics::register(&state.registry).context("registering lint metrics")?;
-            let keys = engine_config.keys.clone();
-            let lint = reload::lint::run(client.clone(), reporter(&settings), keys, inputs, metrics, shutdown.clone());
-            tasks.spawn("lint", ended(lint));
+            let inputs = reload::lint::Inputs {
+                store: store.clone(),
+                stored,
+                synced: synced_rx.clone(),
+                watched: watched.resources(),
+            };
+            start_lint(&mut tasks, &settings, &client, &state, inputs)?;
             Some(lint_tx)
         } else {
             None
@@ -272,6 +257,58 @@ fn start_lease(
 }
 
 /// The admin server, readiness, and CPU profiles when asked for.
+/// What the admin endpoint shows of the fleet and this replica, and how it explains.
+fn fleet_view(
+    settings: &Settings,
+    ring: Arc<Ring>,
+    store: &watch::Store,
+    metrics: &reload::Metrics,
+    client: &Client,
+    explain: admin::ExplainSettings,
+) -> Arc<admin::FleetView> {
+    Arc::new(admin::FleetView {
+        identity: settings.env.pod_name.clone().unwrap_or_else(|| "reloader".to_string()),
+        ring,
+        filter: settings.watch.filter.clone(),
+        store: store.clone(),
+        stats: metrics.namespaces.clone(),
+        checkpoints: metrics.checkpoints.status.clone(),
+        client: Some(client.clone()),
+        explain,
+    })
+}
+
+/// The alert sender, when alerts are on: the engine's end of its queue and the sink.
+fn start_alerts(
+    tasks: &mut Tasks,
+    settings: &Settings,
+    http: reqwest::Client,
+    metrics: &reload::Metrics,
+) -> Option<(mpsc::Sender<reload::Alert>, reload::Sink)> {
+    let config = settings.alerts.clone()?;
+    let (queue, receiver) = mpsc::channel(reload::ALERT_QUEUE);
+    let sink = config.sink;
+    info!(sink = %sink, "alerts on reload are on");
+    let sender = reload::run_alert_sender(http, config, receiver, metrics.clone(), tasks.shutdown.clone());
+    tasks.spawn("alerts", ended(sender));
+    Some((queue, sink))
+}
+
+/// The annotation lint (`--annotation-lint`), reading what the watches store.
+fn start_lint(
+    tasks: &mut Tasks,
+    settings: &Settings,
+    client: &Client,
+    state: &admin::AdminState,
+    inputs: reload::lint::Inputs,
+) -> anyhow::Result<()> {
+    let metrics = reload::lint::Metrics::register(&state.registry).context("registering lint metrics")?;
+    let keys = settings.reload.keys.clone();
+    let lint = reload::lint::run(client.clone(), reporter(settings), keys, inputs, metrics, tasks.shutdown.clone());
+    tasks.spawn("lint", ended(lint));
+    Ok(())
+}
+
 fn start_serving(
     tasks: &mut Tasks,
     settings: &Settings,

@@ -222,36 +222,13 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let Links { mut owned, background, changes, synced, lint, edits, mut kinds } = links;
-    // Where the watches decode every object of the cluster anyway (cluster-wide, not filtered
-    // by the API server, whose filtering was probed before this task starts), they keep other
-    // replicas' shards too. CSI pod statuses are folded as they arrive, so with CSI a gained
-    // shard relists as before.
-    let keeps_standby = config.namespaces.is_none() && !config.server_shards.active() && !config.csi;
-    let mut task = WatchTask {
-        compactor: config.compactor.clone(),
-        config,
-        writer,
-        metrics,
-        out: Out { changes, lint, edits },
-        namespaces: Namespaces::default(),
-        streams: Streams {
-            running: HashMap::new(),
-            next_id: 0,
-            list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
-            background_permits: Arc::new(Semaphore::new(BACKGROUND_LISTS)),
-        },
-        shards: Shards {
-            owned: owned.borrow_and_update().clone(),
-            background: background.borrow().clone(),
-            synced_for: None,
-            all_synced: false,
-        },
-        unselected: Unselected::default(),
-        standby: Standby::default(),
-        keeps_standby,
-        csi: CsiState::default(),
-        seed_refused: seed::SeedRefused::default(),
+    let shards = Shards {
+        owned: owned.borrow_and_update().clone(),
+        background: background.borrow().clone(),
+        synced_for: None,
+        all_synced: false,
     };
+    let mut task = WatchTask::new(config, writer, metrics, Out { changes, lint, edits }, shards);
     let use_namespace_watch = task.config.namespaces.is_none() && task.config.filter.needs_labels();
     let mut namespaces = use_namespace_watch.then(|| namespace_stream(client.clone(), task.config.streaming_lists));
     if let Some(ns_stream) = namespaces.as_mut() {
@@ -275,14 +252,7 @@ pub async fn run(
             () = shutdown.cancelled() => return Ok(()),
             Ok(()) = kinds.changed() => {
                 let now = kinds.borrow_and_update().clone();
-                info!(kinds = ?now.workload_kinds, configmaps = now.configmaps, secrets = now.secrets, csi = now.csi,
-                    "the collections watched changed; relisting watches");
-                task.config.workload_kinds = now.workload_kinds;
-                task.config.watch_configmaps = now.configmaps;
-                task.config.watch_secrets = now.secrets;
-                task.config.csi = now.csi;
-                task.stop_streams();
-                task.open_streams(&client, &mut merged);
+                task.watch_kinds(now, &client, &mut merged);
                 task.publish_sync(&synced);
             }
             Some(event) = next_namespace_event(&mut namespaces) => {
@@ -295,20 +265,7 @@ pub async fn run(
             Ok(()) = owned.changed() => {
                 let now_owned = owned.borrow_and_update().clone();
                 task.shards.background = background.borrow().clone();
-                let before = task.shards.owned.clone();
-                let gained = task.apply_ownership(now_owned, &synced);
-                if server_sharded {
-                    // The API server sends the held shards only.
-                    task.follow_server_shards(&client, &mut merged, &before);
-                } else {
-                    if gained && task.config.namespaces.is_none() && !task.keeps_standby {
-                        // One watch covers every namespace: it relists to load the gained ones.
-                        info!(shards = ?task.shards.owned, "gained shards; relisting watches to load them");
-                        task.stop_streams();
-                    }
-                    // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
-                    task.open_streams(&client, &mut merged);
-                }
+                task.follow_ownership(now_owned, server_sharded, &synced, &client, &mut merged);
                 task.publish_sync(&synced);
             }
             Some((stream, item)) = merged.next() => {
@@ -406,6 +363,72 @@ struct Shards {
 }
 
 impl WatchTask {
+    fn new(config: Config, writer: Writer, metrics: Metrics, out: Out, shards: Shards) -> Self {
+        // Where the watches decode every object of the cluster anyway (cluster-wide, not
+        // filtered by the API server, whose filtering was probed before this task starts), they
+        // keep other replicas' shards too. CSI pod statuses are folded as they arrive, so with
+        // CSI a gained shard relists as before.
+        let keeps_standby = config.namespaces.is_none() && !config.server_shards.active() && !config.csi;
+        WatchTask {
+            compactor: config.compactor.clone(),
+            config,
+            writer,
+            metrics,
+            out,
+            namespaces: Namespaces::default(),
+            streams: Streams {
+                running: HashMap::new(),
+                next_id: 0,
+                list_permits: Arc::new(Semaphore::new(CONCURRENT_LISTS)),
+                background_permits: Arc::new(Semaphore::new(BACKGROUND_LISTS)),
+            },
+            shards,
+            unselected: Unselected::default(),
+            standby: Standby::default(),
+            keeps_standby,
+            csi: CsiState::default(),
+            seed_refused: seed::SeedRefused::default(),
+        }
+    }
+
+    /// The collections to watch changed (a kind granted or taken away): relist every watch.
+    fn watch_kinds(&mut self, now: Kinds, client: &Client, merged: &mut Merged) {
+        info!(kinds = ?now.workload_kinds, configmaps = now.configmaps, secrets = now.secrets, csi = now.csi,
+            "the collections watched changed; relisting watches");
+        self.config.workload_kinds = now.workload_kinds;
+        self.config.watch_configmaps = now.configmaps;
+        self.config.watch_secrets = now.secrets;
+        self.config.csi = now.csi;
+        self.stop_streams();
+        self.open_streams(client, merged);
+    }
+
+    /// The shards held changed: load the gained ones and forget the lost, the way this mode
+    /// watches.
+    fn follow_ownership(
+        &mut self,
+        now_owned: BTreeSet<u32>,
+        server_sharded: bool,
+        synced: &watch::Sender<Option<BTreeSet<u32>>>,
+        client: &Client,
+        merged: &mut Merged,
+    ) {
+        let before = self.shards.owned.clone();
+        let gained = self.apply_ownership(now_owned, synced);
+        if server_sharded {
+            // The API server sends the held shards only.
+            self.follow_server_shards(client, merged, &before);
+            return;
+        }
+        if gained && self.config.namespaces.is_none() && !self.keeps_standby {
+            // One watch covers every namespace: it relists to load the gained ones.
+            info!(shards = ?self.shards.owned, "gained shards; relisting watches to load them");
+            self.stop_streams();
+        }
+        // Namespace-scoped: only the gained namespaces' watches start (and lost ones stop).
+        self.open_streams(client, merged);
+    }
+
     async fn apply(&mut self, stream: usize, incoming: Incoming) -> Result<(), Error> {
         if !self.streams.running.contains_key(&stream) {
             return Ok(()); // from a stream just stopped
@@ -504,24 +527,28 @@ impl WatchTask {
                     self.send(Change { key, observed: None, previous: Some(gone.hash), cause: Cause::Event }).await?;
                 }
             }
-            WatchEvent::InitDone => {
-                let listed = self.stream(stream).finish_list();
-                let ring = self.config.ring.clone();
-                if listed.namespace.is_none() {
-                    self.unselected.retain_listed(kind, |ns, name| !listed.missed(&ring, ns, name));
-                }
-                if listed.is_whole() {
-                    self.standby.retain_listed_resources(kind, &listed.seen);
-                }
-                for key in self.writer.store().resource_keys(kind, listed.namespace.as_deref()) {
-                    if listed.missed(&ring, &key.namespace, &key.name)
-                        && let Some(gone) = self.writer.delete_resource(&key)
-                        && emit
-                    {
-                        self.send(Change { key, observed: None, previous: Some(gone.hash), cause: Cause::Listed })
-                            .await?;
-                    }
-                }
+            WatchEvent::InitDone => self.resources_listed(stream, kind, emit).await?,
+        }
+        Ok(())
+    }
+
+    /// A list of `kind` is done: what it did not find is gone (a deletion while no watch ran),
+    /// from the store, the unselected namespaces' and the standby's.
+    async fn resources_listed(&mut self, stream: usize, kind: ResourceKind, emit: bool) -> Result<(), Error> {
+        let listed = self.stream(stream).finish_list();
+        let ring = self.config.ring.clone();
+        if listed.namespace.is_none() {
+            self.unselected.retain_listed(kind, |ns, name| !listed.missed(&ring, ns, name));
+        }
+        if listed.is_whole() {
+            self.standby.retain_listed_resources(kind, &listed.seen);
+        }
+        for key in self.writer.store().resource_keys(kind, listed.namespace.as_deref()) {
+            if listed.missed(&ring, &key.namespace, &key.name)
+                && let Some(gone) = self.writer.delete_resource(&key)
+                && emit
+            {
+                self.send(Change { key, observed: None, previous: Some(gone.hash), cause: Cause::Listed }).await?;
             }
         }
         Ok(())

@@ -347,35 +347,15 @@ impl Checkpoint {
             }
             base_bytes = inline.as_ref().map_or(0, Vec::len);
         }
-        let mut other_layouts: BTreeMap<u32, Vec<(ResourceKey, ShortHash)>> = BTreeMap::new();
+        let mut other_layouts = BTreeMap::new();
         if parts > 0 {
-            let mut wanted: BTreeSet<u32> = (0..parts).collect();
-            let mut read: BTreeSet<u32> = BTreeSet::new();
-            // A part of another layout (a rewrite cut short) makes that layout's parts worth
-            // reading too: each resource is whole in one of the two (`write_parts`).
-            while !wanted.is_empty() {
-                let batch: Vec<u32> = std::mem::take(&mut wanted).into_iter().collect();
-                read.extend(&batch);
-                let found = self.read_parts(&batch).await?;
-                for (i, part) in found {
-                    let Some(part) = part else {
-                        unreadable += 1;
-                        continue;
-                    };
-                    unreadable += part.unreadable;
-                    if part.layout == parts {
-                        digests[i as usize] = part.digest;
-                        base_bytes += part.bytes;
-                        for (key, hash) in part.lines {
-                            base.insert(key, hash);
-                        }
-                    } else {
-                        wanted.extend((0..part.layout).filter(|p| !read.contains(p)));
-                        other_layouts.entry(part.layout).or_default().extend(part.lines);
-                    }
-                    coverage.parts.entry(part.layout).or_default().insert(i);
-                }
+            let read = self.read_layouts(parts).await?;
+            unreadable += read.unreadable;
+            for (key, hash) in read.lines {
+                base.insert(key, hash);
             }
+            (digests, coverage.parts, other_layouts) = (read.digests, read.coverage, read.other_layouts);
+            base_bytes += read.bytes;
         }
         let readable = base.len() + journal.len() + other_layouts.values().map(Vec::len).sum::<usize>();
         if self.counted_unreadable(unreadable, readable).is_none() {
@@ -407,6 +387,36 @@ impl Checkpoint {
             journal: (format::digest(&journal_text), binary.get(KEY_JOURNAL).map_or(0, |b| b.0.len())),
         });
         Ok(Some(Loaded { entries, coverage: (!whole).then_some(coverage) }))
+    }
+
+    /// Read the parts of a head of `parts` parts. A part of another layout (a rewrite cut
+    /// short) makes that layout's parts worth reading too: each resource is whole in one of the
+    /// two (`write_parts`).
+    async fn read_layouts(&mut self, parts: u32) -> Result<PartsRead, Error> {
+        let mut out = PartsRead { digests: vec![0; parts as usize], ..PartsRead::default() };
+        let mut wanted: BTreeSet<u32> = (0..parts).collect();
+        let mut read: BTreeSet<u32> = BTreeSet::new();
+        while !wanted.is_empty() {
+            let batch: Vec<u32> = std::mem::take(&mut wanted).into_iter().collect();
+            read.extend(&batch);
+            for (i, part) in self.read_parts(&batch).await? {
+                let Some(part) = part else {
+                    out.unreadable += 1;
+                    continue;
+                };
+                out.unreadable += part.unreadable;
+                if part.layout == parts {
+                    out.digests[i as usize] = part.digest;
+                    out.bytes += part.bytes;
+                    out.lines.extend(part.lines);
+                } else {
+                    wanted.extend((0..part.layout).filter(|p| !read.contains(p)));
+                    out.other_layouts.entry(part.layout).or_default().extend(part.lines);
+                }
+                out.coverage.entry(part.layout).or_default().insert(i);
+            }
+        }
+        Ok(out)
     }
 
     /// Read parts `batch` (a few at once); per part, what it holds (`None`: missing, not ours
@@ -606,6 +616,19 @@ impl Checkpoint {
 }
 
 /// What a part holds.
+/// What the parts of a checkpoint held: the lines of the head's layout, with each part's
+/// digest and the bytes they take, the lines of another layout, and which parts of each layout
+/// were read.
+#[derive(Default)]
+struct PartsRead {
+    lines: Vec<(ResourceKey, ShortHash)>,
+    digests: Vec<u64>,
+    bytes: usize,
+    other_layouts: BTreeMap<u32, Vec<(ResourceKey, ShortHash)>>,
+    coverage: BTreeMap<u32, BTreeSet<u32>>,
+    unreadable: usize,
+}
+
 struct ReadPart {
     layout: u32,
     lines: Vec<(ResourceKey, ShortHash)>,

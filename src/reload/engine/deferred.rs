@@ -97,6 +97,11 @@ impl Deferred {
         Deferred { spacing, max_in_flight: concurrent.filter(|n| *n > 0), ..Deferred::default() }
     }
 
+    /// With flap damping (built once, with the engine).
+    pub(super) fn with_damping(self, damping: Damping) -> Self {
+        Deferred { damping, ..self }
+    }
+
     /// Whether every write goes through here (a budget is set).
     pub(super) fn has_budget(&self) -> bool {
         self.spacing.is_some() || self.max_in_flight.is_some()

@@ -184,23 +184,8 @@ async fn run<K>(
                 }
             }
         };
-        let Some(version) = object.resource_version().filter(|v| !v.is_empty()) else {
-            break "an event had no resourceVersion";
-        };
-        let mut shared = lock(&shared);
-        if let Some(namespace) = object.namespace()
-            && let Some(feed) = shared.feeds.get(&namespace)
-        {
-            let event = if deleted { Event::Delete(object) } else { Event::Apply(object) };
-            if feed.send(Box::new(event)).is_err() {
-                shared.feeds.remove(&namespace);
-            } else {
-                sent += 1;
-            }
-        }
-        shared.position = version;
-        if shared.feeds.is_empty() {
-            break "every namespace has its own watch";
+        if let Err(reason) = forward(&shared, object, deleted, &mut sent) {
+            break reason;
         }
     };
     // Dropping the feeds tells the namespaces still fed to open their own watches.
@@ -215,4 +200,33 @@ async fn run<K>(
     } else {
         info!(kind, sent, left, reason, "bridge closed early; the namespaces left open their own watches");
     }
+}
+
+/// Hand `object` to its namespace's feed, if that namespace is still fed, and move the
+/// position on; `Err` with the reason when the bridge has nothing left to do.
+fn forward<K: Resource>(
+    shared: &Mutex<Shared<K>>,
+    object: K,
+    deleted: bool,
+    sent: &mut usize,
+) -> Result<(), &'static str> {
+    let Some(version) = object.resource_version().filter(|v| !v.is_empty()) else {
+        return Err("an event had no resourceVersion");
+    };
+    let mut shared = lock(shared);
+    if let Some(namespace) = object.namespace()
+        && let Some(feed) = shared.feeds.get(&namespace)
+    {
+        let event = if deleted { Event::Delete(object) } else { Event::Apply(object) };
+        if feed.send(Box::new(event)).is_err() {
+            shared.feeds.remove(&namespace);
+        } else {
+            *sent += 1;
+        }
+    }
+    shared.position = version;
+    if shared.feeds.is_empty() {
+        return Err("every namespace has its own watch");
+    }
+    Ok(())
 }
