@@ -455,7 +455,8 @@ fn a_reloader_values_file_with_go_only_keys_still_renders() {
     assert_eq!((env(&docs)["GOMAXPROCS"].as_str(), env(&docs)["GOMEMLIMIT"].as_str()), ("2", "100MiB"));
     assert!(find(&docs, "Service", "r-reloader").is_some());
     assert!(find(&docs, "NetworkPolicy", "r-reloader").is_some());
-    assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"), "rendered only when the CRD is served");
+    // Rendered whenever enabled, as Reloader's chart does: `helm template` has no cluster to ask.
+    assert!(find(&docs, "PodMonitor", "r-reloader").is_some());
 }
 
 /// Issue 39: the chart's pod passes Pod Security "restricted" by default, as the real API
@@ -737,4 +738,132 @@ fn the_charts_helm_unittest_suites_pass() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "helm-unittest:\n{text}");
     assert!(text.contains("Test Suites:") && !text.contains("FAIL"), "{text}");
+}
+
+/// `helm template` of `chart` with `values`, the API groups of the monitoring, OpenShift, Argo
+/// and VPA objects declared served; the documents, or helm's error.
+fn template_with_crds(chart: &str, values: &str) -> Result<Vec<Value>, String> {
+    let mut command = Command::new(helm());
+    command.args(["template", "r", chart, "--namespace", "ops"]);
+    for group in ["monitoring.coreos.com/v1", "apps.openshift.io/v1", "argoproj.io/v1alpha1", "autoscaling.k8s.io/v1"] {
+        command.args(["--api-versions", group]);
+    }
+    let out = command.arg("--values").arg(tempfile(values)).output().expect("helm template");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// The kinds of the rendered objects, sorted, and the container: what a values file decides.
+fn objects_and_container(docs: &[Value]) -> (Vec<String>, Value) {
+    let mut kinds: Vec<String> = docs.iter().filter_map(|d| d["kind"].as_str().map(str::to_string)).collect();
+    kinds.sort();
+    (kinds, container_contract(docs))
+}
+
+/// The chart's on/off switches (`"type": ["boolean", "string"]` in its schema), as dotted paths.
+fn switches() -> Vec<String> {
+    fn walk(node: &Value, path: &str, out: &mut Vec<String>) {
+        if node["type"].as_array().is_some_and(|t| t.iter().any(|t| t == "boolean")) {
+            out.push(path.trim_start_matches('.').to_string());
+        }
+        for (key, child) in node["properties"].as_object().into_iter().flatten() {
+            walk(child, &format!("{path}.{key}"), out);
+        }
+    }
+    let schema: Value = serde_json::from_str(include_str!("../../charts/reloader/values.schema.json")).expect("JSON");
+    let mut out = Vec::new();
+    walk(&schema, "", &mut out);
+    out
+}
+
+/// `path` (dotted) set to `value`, as a values file.
+fn values_at(path: &str, value: &str) -> String {
+    let mut yaml = serde_json::to_string(value).expect("a JSON string is YAML");
+    for key in path.rsplit('.') {
+        yaml = format!("{{{key}: {yaml}}}");
+    }
+    yaml
+}
+
+/// Issue 53: a switch written as a string (`enabled: "${enable_service_monitor}"` from a
+/// template that was not filled in, or `"false"`) renders what Reloader's chart 2.2.16 renders
+/// for it, objects and container; where that chart refuses a string, this one does too and says
+/// what to write. The chart's own switches refuse strings the same way.
+#[test]
+fn a_switch_written_as_a_string_renders_as_reloaders_chart_renders_it() {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/reloader-chart")).output().expect("run it");
+    let theirs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let reloaders_values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(format!("{theirs}/values.yaml")).expect("values"))
+            .expect("YAML");
+    let switches = switches();
+    assert!(switches.len() >= 25, "{switches:?}");
+    let mut differ = Vec::new();
+    for path in &switches {
+        let known_to_reloader = path.split('.').try_fold(&reloaders_values, |v, k| v.get(k)).is_some();
+        for value in ["true", "false", "${enable_it}", ""] {
+            let values = values_at(path, value);
+            let ours = template_with_crds(CHART, &values);
+            let reloaders = if known_to_reloader { template_with_crds(&theirs, &values) } else { Err(String::new()) };
+            match (reloaders, ours) {
+                (Ok(r), Ok(o)) if objects_and_container(&r) == objects_and_container(&o) => {}
+                (Ok(r), Ok(o)) => differ.push(format!(
+                    "{values}:\n  Reloader's: {:?}\n  ours:       {:?}",
+                    objects_and_container(&r),
+                    objects_and_container(&o)
+                )),
+                (Ok(_), Err(e)) => differ.push(format!("{values}: Reloader's chart renders it, ours refuses: {e}")),
+                (Err(_), Ok(_)) => differ.push(format!("{values}: ours renders a string Reloader's chart refuses")),
+                (Err(_), Err(e)) if e.contains(&format!("{path} is the string")) && e.contains("without quotes") => {}
+                (Err(_), Err(e)) => differ.push(format!("{values}: refused without saying what to write: {e}")),
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+/// Issue 53: `global.imagePullSecrets` (names or `{name: ...}`, as Reloader's chart takes them)
+/// and `reloader.deployment.imagePullSecrets` name each secret once, on the pod and on the
+/// ServiceAccount.
+#[test]
+fn each_image_pull_secret_is_rendered_once() {
+    let docs = render(
+        "global: {imagePullSecrets: [regcred, {name: mirror}]}\nreloader: {deployment: {imagePullSecrets: [{name: regcred}, {name: own}]}}",
+    );
+    let pod = &find(&docs, "Deployment", "r-reloader").expect("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}, {"name": "mirror"}, {"name": "own"}]));
+    let account = find(&docs, "ServiceAccount", "r-reloader").expect("ServiceAccount");
+    assert_eq!(account["imagePullSecrets"], pod["imagePullSecrets"]);
+    let docs = render("global: {imagePullSecrets: [regcred]}");
+    let theirs = render_reloaders("global: {imagePullSecrets: [regcred]}");
+    let pull = |docs: &[Value]| {
+        find(docs, "Deployment", "r-reloader").expect("Deployment")["spec"]["template"]["spec"]["imagePullSecrets"]
+            .clone()
+    };
+    assert_eq!(pull(&docs), pull(&theirs));
+}
+
+/// Issue 53: a switch Reloader's chart reads as on because it is a non-empty string is named
+/// in the release notes, with what to write instead.
+#[test]
+fn the_release_notes_name_a_switch_written_as_a_string() {
+    let out = Command::new(helm())
+        .args(["install", "--dry-run=client", "r", CHART, "--namespace", "ops", "--kubeconfig"])
+        .arg(kubeconfig_path())
+        .arg("--values")
+        .arg(tempfile("reloader: {ignoreSecrets: 'false', enableHA: true}"))
+        .output()
+        .expect("helm install --dry-run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let notes = text.split("NOTES:").nth(1).expect("release notes");
+    assert!(
+        notes.contains("reloader.ignoreSecrets is the string \"false\", read as on")
+            && notes.contains("without quotes"),
+        "{notes}"
+    );
+    assert!(!notes.contains("reloader.enableHA is the string"), "{notes}");
 }

@@ -266,3 +266,48 @@ default) or "v2" (chart reloader-v2 2.0.0). */}}
 {{- if not (has $s (list "v1" "v2")) }}{{ fail (printf "reloader.compatibleWith is %q: it must be v1 or v2" $s) }}{{ end -}}
 {{- $s -}}
 {{- end -}}
+
+{{/*
+The image pull secrets: global.imagePullSecrets, then reloader.deployment.imagePullSecrets, each
+entry a name or a {name: ...} map as in Reloader's chart, every secret once.
+*/}}
+{{- define "reloader-imagePullSecrets" -}}
+{{- $names := list }}
+{{- range $s := concat (.Values.global.imagePullSecrets | default list) (.Values.reloader.deployment.imagePullSecrets | default list) }}
+{{- $name := $s }}{{ if kindIs "map" $s }}{{ $name = get $s "name" }}{{ end }}
+{{- if and $name (not (has $name $names)) }}{{ $names = append $names $name }}{{ end }}
+{{- end }}
+{{- range $names }}
+- name: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Switches Reloader's chart compares with `eq ... true` refuse a string there (Go's templates
+cannot compare a string with a boolean); so do this chart's own switches. Say what to write.
+*/}}
+{{- define "reloader-strict-switches" -}}
+{{- $v := .Values.reloader }}
+{{- $switches := dict "reloader.autoReloadAll" $v.autoReloadAll "reloader.isArgoRollouts" $v.isArgoRollouts "reloader.reloadOnCreate" $v.reloadOnCreate "reloader.reloadOnDelete" $v.reloadOnDelete "reloader.syncAfterRestart" $v.syncAfterRestart "reloader.watchGlobally" $v.watchGlobally "reloader.readOnlyRootFileSystem" $v.readOnlyRootFileSystem "reloader.annotationLint" $v.annotationLint "reloader.removeOrphanedEnvVars" $v.removeOrphanedEnvVars "reloader.removeOrphanedEnvVarsAtOnce" $v.removeOrphanedEnvVarsAtOnce "reloader.reloadOnUsedKeys" $v.reloadOnUsedKeys "reloader.http2" $v.http2 "reloader.sharding.hotStandby" $v.sharding.hotStandby "grafanaDashboard.enabled" .Values.grafanaDashboard.enabled }}
+{{- range $path := keys $switches | sortAlpha }}
+{{- $value := get $switches $path }}
+{{- if kindIs "string" $value }}
+{{- fail (printf "%s is the string %q; write true or false without quotes (Reloader's chart refuses a string here too)" $path $value) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Switches Reloader's chart reads with a plain `if` take a string as it does: any non-empty string,
+"false" too, is on. Listed in NOTES.txt, since that is rarely what was meant.
+*/}}
+{{- define "reloader-string-switches" -}}
+{{- $v := .Values.reloader }}
+{{- $switches := dict "reloader.isOpenshift" $v.isOpenshift "reloader.ignoreSecrets" $v.ignoreSecrets "reloader.ignoreConfigMaps" $v.ignoreConfigMaps "reloader.ignoreJobs" $v.ignoreJobs "reloader.ignoreCronJobs" $v.ignoreCronJobs "reloader.enableHA" $v.enableHA "reloader.enablePProf" $v.enablePProf "reloader.enableCSIIntegration" $v.enableCSIIntegration "reloader.enableMetricsByNamespace" $v.enableMetricsByNamespace "reloader.rbac.enabled" $v.rbac.enabled "reloader.serviceAccount.create" $v.serviceAccount.create "reloader.serviceMonitor.enabled" $v.serviceMonitor.enabled "reloader.podMonitor.enabled" $v.podMonitor.enabled "reloader.podDisruptionBudget.enabled" $v.podDisruptionBudget.enabled "reloader.netpol.enabled" $v.netpol.enabled "reloader.verticalPodAutoscaler.enabled" $v.verticalPodAutoscaler.enabled }}
+{{- range $path := keys $switches | sortAlpha }}
+{{- $value := get $switches $path }}
+{{- if kindIs "string" $value }}
+Note: {{ $path }} is the string {{ $value | quote }}, read as {{ if $value }}on{{ else }}off{{ end }} (as Reloader's chart reads it: any non-empty string is on); write true or false without quotes.
+{{- end }}
+{{- end }}
+{{- end -}}
