@@ -74,6 +74,14 @@ pub enum Command {
         #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
         output: String,
     },
+    /// Print a completion script for a shell: `reloader completions bash >
+    /// /etc/bash_completion.d/reloader`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `reloader man > reloader.1; man ./reloader.1`.
+    Man,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -82,11 +90,24 @@ pub enum FleetCommand {
     Status,
 }
 
+/// The parser, named as it was called: `kubectl reloader` when installed as the kubectl plugin
+/// `kubectl-reloader` (krew's convention), else `reloader`.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let called = std::env::args_os().next().map(std::path::PathBuf::from);
+    let file = called.as_deref().and_then(std::path::Path::file_name).map(|f| f.to_string_lossy().into_owned());
+    match file.as_deref().and_then(|f| f.strip_prefix("kubectl-")) {
+        Some(plugin) => Args::command().bin_name(format!("kubectl {}", plugin.replace('_', "-"))),
+        None => Args::command(),
+    }
+}
+
 /// Parse the process arguments, with the config file's values placed before the command line
 /// so that the command line wins.
 pub fn parse() -> anyhow::Result<Args> {
+    use clap::FromArgMatches;
     let mut cli: Vec<OsString> = std::env::args_os().collect();
-    let first = Args::parse_from(cli.iter());
+    let first = Args::from_arg_matches(&command().get_matches_from(cli.iter())).unwrap_or_else(|e| e.exit());
     let Some(path) = first.config.clone() else {
         return with_sources(cli, 0, "");
     };
@@ -101,11 +122,11 @@ pub fn parse() -> anyhow::Result<Args> {
 /// file `file`, and note where each setting's value came from (the last occurrence wins, as
 /// in parsing).
 fn with_sources(argv: Vec<OsString>, from_file: usize, file: &str) -> anyhow::Result<Args> {
+    use clap::FromArgMatches;
     use clap::parser::ValueSource;
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Args::command().try_get_matches_from(argv)?;
+    let matches = command().try_get_matches_from(argv)?;
     let mut args = Args::from_arg_matches(&matches)?;
-    for arg in Args::command().get_arguments() {
+    for arg in command().get_arguments() {
         let id = arg.get_id().as_str();
         let flag = format!("--{}", arg.get_long().unwrap_or(id));
         // Indices count the arguments after the program name from 1.

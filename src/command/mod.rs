@@ -1,14 +1,21 @@
 //! Commands for people, run with the user's kubeconfig and the controller's flags (so that they
-//! decide as the controller would), printing on stdout: `explain` and `fleet status`.
+//! decide as the controller would), printing on stdout: `explain` and `fleet status`; and
+//! `completions` and `man`, which need no cluster.
 
 mod explain;
 mod fleet_status;
+mod manual;
 
 use crate::cli::{Command, FleetCommand, Settings};
 use crate::runtime::{self, compactor, discover, fleet_namespace};
 
 /// Run `command`.
 pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
+    match command {
+        Command::Completions { shell } => return manual::completions(shell, &mut std::io::stdout()),
+        Command::Man => return manual::man_page(&mut std::io::stdout()),
+        Command::Fleet { .. } | Command::Explain { .. } => {}
+    }
     let connection = runtime::connect(&settings).await?;
     let client = connection.client.clone();
     let lease_namespace = fleet_namespace(&settings.fleet.lease_namespace, &settings.env, &client);
@@ -39,5 +46,6 @@ pub async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             };
             explain::print(client, request).await
         }
+        Command::Completions { .. } | Command::Man => Ok(()),
     }
 }

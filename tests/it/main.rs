@@ -23,6 +23,7 @@ mod fleet;
 mod fleet_scoped;
 mod image;
 mod kinds;
+mod kubectl_plugin;
 mod leases;
 mod lint;
 mod manifests;
