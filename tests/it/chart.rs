@@ -19,9 +19,9 @@ use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::{Value, json};
 
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader");
+pub(crate) const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader");
 
-fn helm() -> PathBuf {
+pub(crate) fn helm() -> PathBuf {
     support::tool("helm")
 }
 
@@ -46,7 +46,7 @@ fn render(values: &str) -> Vec<Value> {
     try_render(values).unwrap_or_else(|e| panic!("helm template failed for values\n{values}\n{e}"))
 }
 
-fn tempfile(contents: &str) -> PathBuf {
+pub(crate) fn tempfile(contents: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -644,12 +644,17 @@ fn container_contract(documents: &[Value]) -> Value {
     })
 }
 
-/// Reloader's own chart 2.2.16 (from its Go module: `hack/reloader-chart`) rendered as release
-/// `r` in namespace `ops` with `values`.
-fn render_reloaders(values: &str) -> Vec<Value> {
+/// The folder of Reloader's own chart 2.2.16 (from its Go module: `hack/reloader-chart`).
+pub(crate) fn reloaders_chart() -> String {
     let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/reloader-chart")).output().expect("run it");
     assert!(out.status.success(), "hack/reloader-chart: {}", String::from_utf8_lossy(&out.stderr));
-    let chart = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Reloader's own chart 2.2.16 rendered as release
+/// `r` in namespace `ops` with `values`.
+fn render_reloaders(values: &str) -> Vec<Value> {
+    let chart = reloaders_chart();
     let out = Command::new(helm())
         .args(["template", "r", &chart, "--namespace", "ops", "--values"])
         .arg(tempfile(values))
@@ -794,8 +799,7 @@ fn values_at(path: &str, value: &str) -> String {
 /// what to write. The chart's own switches refuse strings the same way.
 #[test]
 fn a_switch_written_as_a_string_renders_as_reloaders_chart_renders_it() {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/reloader-chart")).output().expect("run it");
-    let theirs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let theirs = reloaders_chart();
     let reloaders_values: Value =
         serde_saphyr::from_str(&std::fs::read_to_string(format!("{theirs}/values.yaml")).expect("values"))
             .expect("YAML");

@@ -34,6 +34,9 @@ fn how(command: &str) -> Option<Check> {
         c if c.starts_with("hack/cluster") => By("hack/test (brings the control plane up, and down if it started it)"),
         c if c.starts_with("reloader explain") || c == "reloader fleet status" => Run,
         c if c.starts_with("helm upgrade --install reloader ./charts/reloader") => Run,
+        c if c.starts_with("helm upgrade reloader ./charts/reloader") => {
+            By("tests/it/migrating.rs upgrading_reloaders_release_in_place_rolls_nothing_then_reloads_and_rolls_back")
+        }
         c if c.starts_with("$(hack/tools helm) upgrade --install reloader ./charts/reloader") => {
             By("tests/it/chart.rs helm_install_of_a_fleet_reloads_with_the_releases_rbac")
         }

@@ -27,6 +27,7 @@ mod kubectl_plugin;
 mod leases;
 mod lint;
 mod manifests;
+mod migrating;
 mod pause;
 mod properties;
 mod reconnect;
