@@ -13,6 +13,7 @@ mod api_calls;
 mod bad_input;
 mod chaos;
 mod chart;
+mod chart_parity;
 mod checkpoint;
 mod control_plane;
 mod custom_kinds;

@@ -11,7 +11,8 @@ use crate::support;
 
 use std::process::Command;
 
-use crate::chart::{helm, reloaders_chart, tempfile};
+use crate::chart::{helm, tempfile};
+use crate::chart_parity::reloaders_chart;
 use crate::support::controller::start_as_pod_of;
 use crate::support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
 use crate::support::scenario::{Ctx, wait_stored};
