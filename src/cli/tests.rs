@@ -187,3 +187,27 @@ fn annotation_overrides_reach_the_keys() {
     let s = args(&["--auto-annotation=example.com/auto"]).settings().expect("valid");
     assert_eq!(s.reload.keys.auto, "example.com/auto");
 }
+
+/// Every flag's spelling, value, default and environment variable, as `reloader --help` prints
+/// them, is the committed one: a flag renamed or dropped by accident (Reloader's spellings are a
+/// contract) fails here. After a deliberate change, `REGENERATE_GOLDEN=1 cargo test --lib
+/// cli::tests::the_help` writes it again; review the diff.
+#[test]
+fn the_help_is_the_committed_one() {
+    use clap::CommandFactory;
+    let help = Args::command().render_help().to_string();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/help.txt");
+    if std::env::var_os("REGENERATE_GOLDEN").is_some() {
+        std::fs::write(path, &help).expect("write the golden help");
+    }
+    let golden = std::fs::read_to_string(path).unwrap_or_default();
+    let differ: Vec<String> = diff_lines(&golden, &help);
+    assert!(differ.is_empty(), "`reloader --help` is not {path}:\n{}", differ.join("\n"));
+}
+
+/// The lines only one of the two texts has, marked `-` (only in `old`) or `+`.
+fn diff_lines(old: &str, new: &str) -> Vec<String> {
+    let gone = old.lines().filter(|l| !new.lines().any(|n| n == *l)).map(|l| format!("- {l}"));
+    let came = new.lines().filter(|l| !old.lines().any(|o| o == *l)).map(|l| format!("+ {l}"));
+    gone.chain(came).collect()
+}

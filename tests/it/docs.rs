@@ -27,6 +27,7 @@ fn how(command: &str) -> Option<Check> {
         "hack/test" => By(".ci/run (CI runs it)"),
         "hack/demo" => By("hack/test (runs the demo after the tests)"),
         "hack/image" => By("hack/test (builds the image before the tests)"),
+        "hack/image --arch all" => By(".github/workflows/release.yml (builds both arches on a tag)"),
         c if c.starts_with("docker build") || c.starts_with("docker buildx") => {
             By("hack/image (builds the same Dockerfile with buildah)")
         }

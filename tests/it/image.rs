@@ -173,3 +173,60 @@ async fn the_image_runs_as_the_charts_pod_and_reloads_with_the_charts_rbac_alone
     .await;
     support::suite::every_rule_is_needed(&IMAGE_RUN).await;
 }
+
+/// A file of the image's OCI archive (`hack/image` writes it), by its path inside.
+fn archive_file(inside: &str) -> Vec<u8> {
+    let archive = Path::new(IMAGE).join(format!("reloader-fleet-{}.oci.tar", env!("CARGO_PKG_VERSION")));
+    let out = StdCommand::new("tar").arg("-xOf").arg(&archive).arg(inside).output().expect("run tar");
+    assert!(out.status.success(), "{} has no {inside}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+fn archive_json(digest: &str) -> Value {
+    let path = format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+    serde_json::from_slice(&archive_file(&path)).expect("an OCI blob of JSON")
+}
+
+/// Issue 53: the archive holds an image index and, for its linux/amd64 image, a CycloneDX SBOM
+/// attached as an artifact whose subject is that image's manifest. It lists the crates compiled
+/// into the binary (cargo-auditable's list inside it) at the versions Cargo.lock pins, and not
+/// the test-only crates or the proc macros and build-script helpers that run only at build time.
+#[test]
+fn the_archive_carries_an_sbom_of_the_crates_compiled_into_the_binary() {
+    let index: Value = serde_json::from_slice(&archive_file("index.json")).expect("index.json");
+    let entries = index["manifests"].as_array().expect("manifests");
+    let images = archive_json(entries[0]["digest"].as_str().expect("digest"));
+    let amd64 = images["manifests"]
+        .as_array()
+        .expect("an image index")
+        .iter()
+        .find(|m| m["platform"]["architecture"] == "amd64")
+        .expect("a linux/amd64 image");
+    let sbom = entries
+        .iter()
+        .find(|e| e["artifactType"] == "application/vnd.cyclonedx+json")
+        .map(|e| archive_json(e["digest"].as_str().expect("digest")))
+        .expect("an SBOM artifact in index.json");
+    assert_eq!(sbom["subject"]["digest"], amd64["digest"], "the SBOM's subject is the amd64 image");
+    let bom = archive_json(sbom["layers"][0]["digest"].as_str().expect("the SBOM layer"));
+    assert_eq!((bom["bomFormat"].as_str(), bom["specVersion"].as_str()), (Some("CycloneDX"), Some("1.5")));
+    assert_eq!(bom["metadata"]["component"]["name"], "reloader-fleet");
+
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).expect("Cargo.lock");
+    let components = bom["components"].as_array().expect("components");
+    let names: Vec<&str> = components.iter().filter_map(|c| c["name"].as_str()).collect();
+    for c in components {
+        let (name, version) = (c["name"].as_str().unwrap_or_default(), c["version"].as_str().unwrap_or_default());
+        assert!(
+            lock.contains(&format!("name = \"{name}\"\nversion = \"{version}\"")),
+            "{name} {version} is not in Cargo.lock"
+        );
+        assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"));
+    }
+    for shipped in ["kube-client", "k8s-openapi", "tokio", "serde_json", "sha1", "tikv-jemalloc-sys"] {
+        assert!(names.contains(&shipped), "the SBOM lacks {shipped}");
+    }
+    for not_shipped in ["proptest", "stats_alloc", "serde_derive", "thiserror-impl", "cc"] {
+        assert!(!names.contains(&not_shipped), "the SBOM lists {not_shipped}, which is not in the binary");
+    }
+}
