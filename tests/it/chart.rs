@@ -185,6 +185,10 @@ fn parts_rule(heads: &[&str]) -> String {
 fn the_charts_app_version_is_the_binarys_version() {
     let chart: Value = serde_saphyr::from_str(include_str!("../../charts/reloader/Chart.yaml")).expect("Chart.yaml");
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "bump charts/reloader/Chart.yaml with Cargo.toml");
+    // The pods' `version` label, as Reloader's chart sets its own in its values.
+    let values: Value = serde_saphyr::from_str(include_str!("../../charts/reloader/values.yaml")).expect("values");
+    let label = &values["reloader"]["deployment"]["labels"]["version"];
+    assert_eq!(label, &format!("v{}", env!("CARGO_PKG_VERSION")), "bump charts/reloader/values.yaml too");
 }
 
 #[test]

@@ -88,6 +88,73 @@ fn every_v1_values_file_renders_the_container_reloaders_chart_renders() {
     }
 }
 
+/// What a values file decides of the pod beside its container: the Deployment's replicas and
+/// history, the pod's labels and annotations, scheduling, pull secrets and the settings the file
+/// sets (this chart keeps its restricted security context and resources where the file sets
+/// none).
+fn pod_settings(documents: &[Value], values: &Value) -> Value {
+    let deployment = documents.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment");
+    let (spec, pod) = (&deployment["spec"], &deployment["spec"]["template"]["spec"]);
+    let mut settings = json!({
+        "replicas": spec["replicas"],
+        "revisionHistoryLimit": spec["revisionHistoryLimit"],
+        "selector": spec["selector"],
+        "pod labels": versions_blanked(&spec["template"]["metadata"]["labels"]),
+        "pod annotations": spec["template"]["metadata"]["annotations"],
+        "serviceAccountName": pod["serviceAccountName"],
+    });
+    for key in [
+        "imagePullSecrets",
+        "hostUsers",
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "topologySpreadConstraints",
+        "priorityClassName",
+        "runtimeClassName",
+        "schedulerName",
+        "dnsConfig",
+    ] {
+        settings[key] = pod[key].clone();
+    }
+    let set = &values["reloader"]["deployment"];
+    if !set["securityContext"].is_null() {
+        settings["securityContext"] = pod["securityContext"].clone();
+    }
+    if !set["resources"].is_null() {
+        settings["resources"] = pod["containers"][0]["resources"].clone();
+    }
+    settings
+}
+
+/// Labels whose value is a chart's or an app's version (each chart names its own), blanked.
+fn versions_blanked(labels: &Value) -> Value {
+    let mut labels = labels.clone();
+    for key in ["chart", "helm.sh/chart", "app.kubernetes.io/version", "version"] {
+        if let Some(value) = labels.get_mut(key) {
+            *value = json!("<version>");
+        }
+    }
+    labels
+}
+
+/// Issue 53: for every values file, this chart renders the pod settings Reloader's chart 2.2.16
+/// renders (`v1-pod-settings.yaml` sets each of them, labels and annotations with templates).
+#[test]
+fn every_v1_values_file_renders_the_pod_settings_reloaders_chart_renders() {
+    let mut differ = Vec::new();
+    for (name, text) in values_files("v1-") {
+        let values: Value = serde_saphyr::from_str(&text).unwrap_or(Value::Null);
+        let (theirs, ours) = (pod_settings(&render_reloaders(&text), &values), pod_settings(&render(&text), &values));
+        for key in theirs.as_object().into_iter().flatten().map(|(k, _)| k) {
+            if theirs[key] != ours[key] {
+                differ.push(format!("{name}: {key}\n  Reloader's: {}\n  ours:       {}", theirs[key], ours[key]));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "pod settings that differ from Reloader's chart 2.2.16:\n{}", differ.join("\n"));
+}
+
 const V1_SUITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/reloader/tests/reloader_v1_test.yaml");
 
 /// The helm-unittest suite of the v1 values files: what Reloader's chart 2.2.16 renders for

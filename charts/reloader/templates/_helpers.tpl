@@ -14,17 +14,21 @@
 
 {{- define "reloader-labels.chart" -}}
 app: {{ include "reloader-fullname" . }}
-chart: "{{ .Chart.Name }}-{{ .Chart.Version }}"
 release: {{ .Release.Name | quote }}
+app.kubernetes.io/name: {{ include "reloader-name" . }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+helm.sh/chart: "{{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}"
+chart: "{{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}"
 heritage: {{ .Release.Service | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end -}}
 
 {{- define "reloader-match-labels" -}}
 app: {{ include "reloader-fullname" . }}
 release: {{ .Release.Name | quote }}
 {{- with .Values.reloader.matchLabels }}
-{{ toYaml . }}
+{{ tpl (toYaml .) $ }}
 {{- end }}
 {{- end -}}
 
@@ -76,10 +80,10 @@ podAntiAffinity:
     podAffinityTerm:
       labelSelector:
         matchExpressions:
-        - key: app
+        - key: app.kubernetes.io/instance
           operator: In
           values:
-          - {{ include "reloader-fullname" . }}
+          - {{ .Release.Name | quote }}
       topologyKey: "kubernetes.io/hostname"
 {{- end -}}
 
