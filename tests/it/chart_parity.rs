@@ -88,8 +88,8 @@ fn every_v1_values_file_renders_the_container_reloaders_chart_renders() {
     }
 }
 
-/// What a values file decides of the pod beside its container: the Deployment's replicas and
-/// history, the pod's labels and annotations, scheduling, pull secrets and the settings the file
+/// What a values file decides beside the container: the objects rendered (kind and name), the
+/// Deployment's replicas and history, the pod's labels and annotations, scheduling, pull secrets and the settings the file
 /// sets (this chart keeps its restricted security context and resources where the file sets
 /// none).
 fn pod_settings(documents: &[Value], values: &Value) -> Value {
@@ -117,6 +117,14 @@ fn pod_settings(documents: &[Value], values: &Value) -> Value {
     ] {
         settings[key] = pod[key].clone();
     }
+    let mut objects: Vec<String> = documents
+        .iter()
+        .map(|d| {
+            format!("{} {}", d["kind"].as_str().unwrap_or_default(), d["metadata"]["name"].as_str().unwrap_or_default())
+        })
+        .collect();
+    objects.sort();
+    settings["objects"] = json!(objects);
     let set = &values["reloader"]["deployment"];
     if !set["securityContext"].is_null() {
         settings["securityContext"] = pod["securityContext"].clone();
