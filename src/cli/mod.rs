@@ -94,12 +94,16 @@ pub enum FleetCommand {
 /// `kubectl-reloader` (krew's convention), else `reloader`.
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    let called = std::env::args_os().next().map(std::path::PathBuf::from);
-    let file = called.as_deref().and_then(std::path::Path::file_name).map(|f| f.to_string_lossy().into_owned());
-    match file.as_deref().and_then(|f| f.strip_prefix("kubectl-")) {
+    match called_as().as_deref().and_then(|f| f.strip_prefix("kubectl-")) {
         Some(plugin) => Args::command().bin_name(format!("kubectl {}", plugin.replace('_', "-"))),
         None => Args::command(),
     }
+}
+
+/// The file name the program was started by: `reloader`, `kubectl-reloader`, ...
+pub fn called_as() -> Option<String> {
+    let called = std::env::args_os().next().map(std::path::PathBuf::from)?;
+    called.file_name().map(|f| f.to_string_lossy().into_owned())
 }
 
 /// Parse the process arguments, with the config file's values placed before the command line

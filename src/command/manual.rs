@@ -11,10 +11,7 @@ use crate::cli;
 /// `kubectl-reloader` as a kubectl plugin).
 pub fn completions(shell: clap_complete::Shell, out: &mut impl Write) -> anyhow::Result<()> {
     let mut command = cli::command();
-    let name = std::env::args_os()
-        .next()
-        .and_then(|p| std::path::Path::new(&p).file_name().map(|f| f.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| command.get_name().to_string());
+    let name = cli::called_as().unwrap_or_else(|| command.get_name().to_string());
     // Into memory first: clap_complete panics when its writer fails.
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, name, &mut script);
