@@ -25,21 +25,38 @@ pub(crate) fn helm() -> PathBuf {
     support::tool("helm")
 }
 
-/// `helm template` of the chart as release `r` in namespace `ops` with `values` (YAML); the
-/// rendered documents, or helm's error.
-fn try_render(values: &str) -> Result<Vec<Value>, String> {
-    let file = tempfile(values);
-    let out = Command::new(helm())
-        .args(["template", "r", CHART, "--namespace", "ops", "--values"])
-        .arg(&file)
-        .output()
-        .expect("run helm template");
+/// `helm template` of `chart` as release `r` in namespace `ops` with `values` (YAML), the API
+/// groups in `served` declared served; the rendered documents, or helm's error.
+pub(crate) fn template(chart: &str, values: &str, served: &[&str]) -> Result<Vec<Value>, String> {
+    let mut command = Command::new(helm());
+    command.args(["template", "r", chart, "--namespace", "ops"]);
+    for group in served {
+        command.args(["--api-versions", group]);
+    }
+    let out = command.arg("--values").arg(tempfile(values)).output().expect("run helm template");
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("helm renders YAML");
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// `helm <args> --namespace ns --wait --kubeconfig ...` against the test control plane, which
+/// must succeed.
+pub(crate) fn helm_in(ns: &str, args: &[&str]) {
+    let out = Command::new(helm())
+        .args(args)
+        .args(["--namespace", ns, "--wait", "--timeout", "90s", "--kubeconfig"])
+        .arg(kubeconfig_path())
+        .output()
+        .expect("run helm");
+    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// This chart rendered with `values`; the documents, or helm's error.
+fn try_render(values: &str) -> Result<Vec<Value>, String> {
+    template(CHART, values, &[])
 }
 
 pub(crate) fn render(values: &str) -> Vec<Value> {
@@ -526,16 +543,8 @@ async fn install_and_reload(name: &str, values: &str) {
         let label = format!("{}={name}", support::TEST_LABEL);
         // The chart's own value restricts the cluster-wide install to this test's namespace.
         let selector = tempfile(&format!("reloader: {{namespaceSelector: '{label}'}}\n"));
-        let out = Command::new(helm())
-            .args(["install", &release, CHART, "--namespace", &ns, "--wait", "--timeout", "90s", "--kubeconfig"])
-            .arg(kubeconfig_path())
-            .arg("--values")
-            .arg(tempfile(values))
-            .arg("--values")
-            .arg(&selector)
-            .output()
-            .expect("helm install");
-        assert!(out.status.success(), "helm install: {}", String::from_utf8_lossy(&out.stderr));
+        let (values, selector) = (tempfile(values).display().to_string(), selector.display().to_string());
+        helm_in(&ns, &["install", &release, CHART, "--values", &values, "--values", &selector]);
         let fullname = format!("{release}-reloader");
         let rendered = wait_deployment_ready(&client, &ns, &fullname).await;
         let kubeconfig = support::login_as(&client, &ns, &fullname).await;
@@ -549,12 +558,7 @@ async fn install_and_reload(name: &str, values: &str) {
         let refused = controller.refused_calls();
         assert!(refused.is_empty(), "no call refused by the RBAC: {refused:?}");
         controller.stop().await;
-        let out = Command::new(helm())
-            .args(["uninstall", &release, "--namespace", &ns, "--kubeconfig"])
-            .arg(kubeconfig_path())
-            .output()
-            .expect("helm uninstall");
-        assert!(out.status.success(), "helm uninstall: {}", String::from_utf8_lossy(&out.stderr));
+        helm_in(&ns, &["uninstall", &release]);
     })
     .await;
 }

@@ -7,7 +7,7 @@ use crate::support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::chart::{CHART, find, helm, render, tempfile};
+use crate::chart::{CHART, find, helm, render, tempfile, template};
 use crate::support::kubeconfig_path;
 use serde_json::{Value, json};
 
@@ -50,15 +50,7 @@ pub(crate) fn reloaders_chart() -> String {
 /// Reloader's own chart 2.2.16 rendered as release
 /// `r` in namespace `ops` with `values`.
 fn render_reloaders(values: &str) -> Vec<Value> {
-    let chart = reloaders_chart();
-    let out = Command::new(helm())
-        .args(["template", "r", &chart, "--namespace", "ops", "--values"])
-        .arg(tempfile(values))
-        .output()
-        .expect("helm template");
-    assert!(out.status.success(), "Reloader's chart refuses {values}: {}", String::from_utf8_lossy(&out.stderr));
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
+    template(&reloaders_chart(), values, &[]).unwrap_or_else(|e| panic!("Reloader's chart refuses {values}: {e}"))
 }
 
 /// Issue 43: for every values file, this chart renders the container Reloader's chart 2.2.16
@@ -219,17 +211,11 @@ fn the_charts_helm_unittest_suites_pass() {
 /// `helm template` of `chart` with `values`, the API groups of the monitoring, OpenShift, Argo
 /// and VPA objects declared served; the documents, or helm's error.
 fn template_with_crds(chart: &str, values: &str) -> Result<Vec<Value>, String> {
-    let mut command = Command::new(helm());
-    command.args(["template", "r", chart, "--namespace", "ops"]);
-    for group in ["monitoring.coreos.com/v1", "apps.openshift.io/v1", "argoproj.io/v1alpha1", "autoscaling.k8s.io/v1"] {
-        command.args(["--api-versions", group]);
-    }
-    let out = command.arg("--values").arg(tempfile(values)).output().expect("helm template");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("YAML");
-    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+    template(
+        chart,
+        values,
+        &["monitoring.coreos.com/v1", "apps.openshift.io/v1", "argoproj.io/v1alpha1", "autoscaling.k8s.io/v1"],
+    )
 }
 
 /// The kinds of the rendered objects, sorted, and the container: what a values file decides.

@@ -9,9 +9,7 @@
 
 use crate::support;
 
-use std::process::Command;
-
-use crate::chart::{helm, tempfile};
+use crate::chart::{helm_in, tempfile};
 use crate::chart_parity::reloaders_chart;
 use crate::support::controller::start_as_pod_of;
 use crate::support::fixtures::{Kind, Workload, cm_hash, create_configmap, patch_configmap};
@@ -22,17 +20,6 @@ use kube::Api;
 use reloader_fleet::reload::Strategy;
 use reloader_fleet::watch::ResourceKind::ConfigMap as Cm;
 use serde_json::json;
-
-/// `helm <args> --namespace ns --kubeconfig ...`, which must succeed.
-fn helm_in(ns: &str, args: &[&str]) {
-    let out = Command::new(helm())
-        .args(args)
-        .args(["--namespace", ns, "--wait", "--timeout", "90s", "--kubeconfig"])
-        .arg(kubeconfig_path())
-        .output()
-        .expect("run helm");
-    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// The release's Deployment once a template whose arguments contain `args_contain` has rolled
 /// out and is Ready.
